@@ -1,0 +1,83 @@
+"""Concurrency: 1,000 episodes of about 4 turns against a local endpoint with 50 ms per call.
+
+The endpoint runs in its own process (as a real model server would) and answers every request after
+50 ms. With 64 episodes in flight, the ideal wall time is calls x latency / concurrency; the ratio of
+the measured wall time to that ideal is the client's overhead (goal: <= 1.3). The same workload also
+runs through the SDK's ``chat.completions.create`` path with pydantic models, side by side.
+
+Run: python benchmarks/bench_concurrency.py [--episodes 1000] [--latency 0.05] [--concurrency 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+
+from campflow.agents.endpoint import EndpointPolicy
+from campflow.bootcamps import registry
+from campflow.bootcamps.splits import eval_instances
+from campflow.rollout.engine import EpisodeSpec, run_episodes
+
+
+class SdkModelsPolicy(EndpointPolicy):
+    """The straightforward SDK path, for comparison: typed create() and pydantic response models."""
+
+    async def respond(self, messages, tools, context):  # type: ignore[override]
+        from campflow.agents.base import PolicyReply
+
+        if self._client is None:
+            self._client = self._make_client()
+        resp = await self._client.chat.completions.create(model=self.model, messages=list(messages),
+                                                          tools=list(tools), **self.sampling)
+        msg = resp.choices[0].message
+        calls = [c.model_dump() for c in msg.tool_calls] if msg.tool_calls else None
+        return PolicyReply(content=msg.content, tool_calls=calls, prompt_tokens=resp.usage.prompt_tokens,
+                           completion_tokens=resp.usage.completion_tokens)
+
+
+def measure(policy: EndpointPolicy, specs: list[EpisodeSpec], concurrency: int) -> tuple[float, int, int]:
+    t0 = time.perf_counter()
+    episodes = asyncio.run(run_episodes(specs, policy, concurrency=concurrency))
+    wall = time.perf_counter() - t0
+    return wall, sum(e.turns for e in episodes), sum(e.success for e in episodes)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=1000)
+    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--concurrency", type=int, default=64)
+    args = ap.parse_args()
+    calc = registry.make("calculator")
+    # level 3: three calculate calls and a submit, four turns an episode
+    instances = eval_instances(calc, args.episodes, levels=[3])
+    specs = [EpisodeSpec(calc, i) for i in instances]
+    server = subprocess.Popen([sys.executable, "-m", "campflow.testing.endpoint", "--bootcamps", "calculator",
+                               "--n", str(args.episodes * 4), "--latency", str(args.latency)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().strip()
+        print(f"endpoint {url}, {args.episodes} episodes, latency {args.latency * 1000:.0f} ms, "
+              f"concurrency {args.concurrency}")
+        rows = []
+        for label, policy in [
+            ("campflow (raw post, aiohttp)", EndpointPolicy("scripted", base_url=url, transport="aiohttp")),
+            ("campflow (raw post, httpx)", EndpointPolicy("scripted", base_url=url, transport="httpx")),
+            ("SDK create() + models, httpx", SdkModelsPolicy("scripted", base_url=url, transport="httpx")),
+        ]:
+            wall, calls, solved = measure(policy, specs, args.concurrency)
+            ideal = calls * args.latency / args.concurrency
+            rows.append((label, wall, ideal, calls, solved))
+            print(f"  {label:32s} wall {wall:6.2f}s  ideal {ideal:5.2f}s  ratio {wall / ideal:4.2f}  "
+                  f"calls {calls}  solved {solved}/{len(specs)}", flush=True)
+        best = rows[0]
+        print(f"RATIO concurrency: wall/ideal = {best[1] / best[2]:.2f} (goal <= 1.3)")
+    finally:
+        server.kill()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Engine overhead: oracle episodes through the engine vs the same oracle actions in a plain loop.
+
+Both sides start from the same pre-generated instances and do the same bootcamp work (new state, the
+oracle's next action, the tool call, the score); the engine adds messages, JSON tool calls, parsing,
+validation, the transcript and accounting. Goal: ratio <= 1.5.
+
+Run: python benchmarks/bench_engine.py [--episodes 2000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from campflow.agents.oracle import OraclePolicy
+from campflow.bootcamps import registry
+from campflow.bootcamps.splits import eval_instances
+from campflow.rollout.engine import EpisodeSpec, run_episodes
+
+
+def plain_loop(specs: list[EpisodeSpec]) -> int:
+    solved = 0
+    for spec in specs:
+        b, inst = spec.bootcamp, spec.instance
+        state = b.new_state(inst)
+        for _ in range(b.max_turns(inst)):
+            b.apply(inst, state, b.oracle(inst, state))
+            if state.finished:
+                break
+        solved += b.score(inst, state, ()).success
+    return solved
+
+
+def through_engine(specs: list[EpisodeSpec]) -> int:
+    episodes = asyncio.run(run_episodes(specs, OraclePolicy(), concurrency=32))
+    return sum(e.success for e in episodes)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--bootcamps", default="calculator,maze")
+    args = ap.parse_args()
+    names = registry.parse_names(args.bootcamps)
+    per = args.episodes // len(names)
+    specs = [EpisodeSpec(registry.make(n), i) for n in names for i in eval_instances(registry.make(n), per)]
+    best = {"plain": float("inf"), "engine": float("inf")}
+    for _ in range(args.repeats):  # interleaved, best of n: the machine is shared
+        for label, fn in (("plain", plain_loop), ("engine", through_engine)):
+            t0 = time.perf_counter()
+            solved = fn(specs)
+            best[label] = min(best[label], time.perf_counter() - t0)
+            assert solved == len(specs), f"{label} solved {solved}/{len(specs)}"
+    print(f"{len(specs)} oracle episodes ({', '.join(names)}): plain loop {best['plain']:.3f}s, "
+          f"engine {best['engine']:.3f}s")
+    print(f"RATIO engine overhead: engine/plain = {best['engine'] / best['plain']:.2f} (goal <= 1.5)")
+
+
+if __name__ == "__main__":
+    main()

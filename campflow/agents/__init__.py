@@ -1,0 +1,1 @@
+"""Policies: the agents that play bootcamps (OpenAI-compatible endpoints, local models, oracles)."""

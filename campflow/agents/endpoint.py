@@ -1,0 +1,146 @@
+"""A policy behind any OpenAI-compatible chat endpoint (vLLM, SGLang, Ollama, OpenAI).
+
+The ``openai`` SDK is the protocol implementation: it sends requests with auth and headers, retries
+408/409/429/5xx, connection errors and timeouts with exponential backoff (honouring ``Retry-After``),
+and raises typed errors when retries are spent. With many episodes in flight its CPU cost, not the
+network, is the ceiling, and most of that cost is ``chat.completions.create`` walking every message
+and tool schema through its TypedDict transform, then building pydantic models from the response
+(~70% of the client's time, measured with cProfile). So we post the already-JSON-shaped body through
+the client's own ``post`` and read the raw response as JSON: same transport, retries and errors,
+without the transform and the models (``benchmarks/bench_concurrency.py`` measures the difference).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from campflow.agents.base import Policy, PolicyReply, TurnContext
+from campflow.errors import ContextOverflowError, PolicyError
+
+try:  # the raw response type the SDK accepts as `cast_to`: httpx2 for openai>=3, httpx before
+    from httpx2 import Response as _HttpResponse
+except ImportError:  # pragma: no cover
+    from httpx import Response as _HttpResponse
+
+_CONTEXT_MARKERS = ("context length", "context_length", "context window", "maximum context", "too many tokens")
+
+
+class EndpointPolicy(Policy):
+    """Chat completions with native tool calls against ``base_url``.
+
+    Args:
+        model: the model name the endpoint serves.
+        base_url: e.g. ``http://localhost:8000/v1``; None means the SDK default (OpenAI).
+        api_key: the key, or None to read ``api_key_env`` (many local servers need none).
+        temperature, max_tokens, top_p: sampling settings sent with every request.
+        timeout: seconds per request before it counts as timed out (and is retried).
+        max_retries: retries after the first attempt, with backoff, before ``infra_error``.
+        transport: ``aiohttp`` (lower CPU per call) or ``httpx`` (the SDK default).
+        extra_body: extra JSON fields for the endpoint (e.g. vLLM's ``chat_template_kwargs``).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 0.0,
+        max_tokens: int | None = 1024,
+        top_p: float | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        transport: str = "aiohttp",
+        extra_body: dict[str, Any] | None = None,
+        send_reasoning: bool = False,
+    ) -> None:
+        if transport not in ("aiohttp", "httpx"):
+            raise ValueError(f"transport = {transport!r}: expected 'aiohttp' or 'httpx'")
+        self.model = model
+        self.model_id = model
+        self.base_url = base_url
+        self.api_key = api_key or os.environ.get(api_key_env) or "not-needed"
+        self.sampling = {k: v for k, v in
+                         {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p}.items()
+                         if v is not None}
+        self.timeout, self.max_retries, self.transport = timeout, max_retries, transport
+        self.extra_body = extra_body
+        self.send_reasoning = send_reasoning
+        self._client: Any = None
+
+    def _make_client(self) -> Any:
+        import openai  # deferred: `campflow --help` should not pay for the SDK
+
+        kwargs: dict[str, Any] = {"api_key": self.api_key, "base_url": self.base_url,
+                                  "timeout": self.timeout, "max_retries": self.max_retries}
+        if self.transport == "aiohttp":
+            kwargs["http_client"] = openai.DefaultAioHttpClient(timeout=self.timeout)
+        return openai.AsyncOpenAI(**kwargs)
+
+    async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
+        import openai
+
+        if self._client is None:
+            self._client = self._make_client()
+        request: dict[str, Any] = {"model": self.model, "messages": list(messages), **self.sampling}
+        if tools:
+            request["tools"] = list(tools)
+        if self.extra_body:
+            request.update(self.extra_body)
+        try:
+            response = await self._client.post(
+                "/chat/completions", content=json.dumps(request, ensure_ascii=False).encode(),
+                options={"headers": {"Content-Type": "application/json"}}, cast_to=_HttpResponse)
+            body = json.loads(response.content)
+        except openai.APIStatusError as exc:
+            message = _error_message(exc)
+            if exc.status_code in (400, 413) and any(m in message.lower() for m in _CONTEXT_MARKERS):
+                raise ContextOverflowError(f"{self.model}: {message}") from None
+            raise PolicyError(f"{self._where()} answered HTTP {exc.status_code}: {message}") from None
+        except openai.APITimeoutError:
+            raise PolicyError(f"{self._where()} timed out after {self.max_retries + 1} attempt(s) "
+                              f"of {self.timeout:g}s") from None
+        except openai.APIConnectionError as exc:
+            raise PolicyError(f"cannot reach {self._where()}: {exc}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise PolicyError(f"{self._where()} returned a body that is not JSON: {exc}") from None
+        return _reply_from_body(body, self._where())
+
+    def _where(self) -> str:
+        return f"endpoint {self.base_url or 'api.openai.com'} (model {self.model})"
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+def _reply_from_body(body: Any, where: str) -> PolicyReply:
+    try:
+        choice = body["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError):
+        raise PolicyError(f"{where} returned no choices: {str(body)[:200]}") from None
+    usage = body.get("usage") or {}
+    return PolicyReply(
+        content=message.get("content"),
+        tool_calls=message.get("tool_calls") or None,
+        reasoning=message.get("reasoning_content") or message.get("reasoning"),
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+        finish_reason=choice.get("finish_reason"),
+    )
+
+
+def _error_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    return str(getattr(exc, "message", exc))

@@ -1,0 +1,1 @@
+"""Bootcamps: families of executable agent tasks behind four layers (see base.py), and their registry."""

@@ -1,0 +1,232 @@
+"""maze: grid navigation under partial observation."""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from campflow.bootcamps.base import (
+    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
+)
+
+Direction = Literal["north", "south", "east", "west"]
+STEPS: dict[str, tuple[int, int]] = {"north": (0, -1), "south": (0, 1), "east": (1, 0), "west": (-1, 0)}
+WALL, OPEN = "#", "."
+
+
+class MazeParams(Params):
+    """Knobs of a maze."""
+
+    width: int = Field(5, ge=5, le=21, description="columns, odd, walls included")
+    height: int = Field(5, ge=5, le=21, description="rows, odd, walls included")
+    view_radius: int = Field(4, ge=1, le=10, description="how far the agent sees around itself")
+    loops: float = Field(0.0, ge=0.0, le=0.5, description="share of inner walls knocked out to make loops")
+
+    @field_validator("width", "height")
+    @classmethod
+    def _odd(cls, v: int) -> int:
+        if v % 2 == 0:
+            raise ValueError(f"must be odd, got {v}")
+        return v
+
+
+class MoveArgs(ToolArgs):
+    direction: Direction = Field(description="north, south, east or west")
+
+
+@dataclass
+class MazeState(State):
+    x: int = 0
+    y: int = 0
+    moves: int = 0
+    bumps: int = 0
+
+
+class Maze(Bootcamp[MazeParams, MazeState]):
+    """Walk through a maze to the goal, seeing only the cells near you.
+
+    The grid uses '#' for walls, '.' for open cells, '@' for you and 'G' for the goal; x grows to the
+    east and y to the south. You know your position and the goal's, but see only cells within the
+    view radius. `move` steps one cell and shows the new view, `look` shows the view again, and
+    `submit`, called on the goal, ends the episode.
+
+    Reward is 1 if the agent submits on the goal, else 0 (reasons: `near_miss` within two steps of the
+    goal, `lost` further away). Higher levels are larger, see less and have loops.
+    """
+
+    name = "maze"
+    version = "1"
+    params_model = MazeParams
+    state_model = MazeState
+    levels = {
+        1: MazeParams(level=1, width=5, height=5, view_radius=4),
+        2: MazeParams(level=2, width=7, height=7, view_radius=2),
+        3: MazeParams(level=3, width=9, height=9, view_radius=2, loops=0.1),
+        4: MazeParams(level=4, width=13, height=13, view_radius=1, loops=0.15),
+    }
+
+    # -- instruction generation -----------------------------------------------------------------
+
+    def build(self, params: MazeParams, rng: random.Random) -> dict[str, Any]:
+        grid = _carve(params.width, params.height, params.loops, rng)
+        cells = [(x, y) for y in range(params.height) for x in range(params.width) if grid[y][x] == OPEN]
+        start = rng.choice(cells)
+        dist = _distances(grid, start)
+        far = max(dist.values())
+        goal = rng.choice([c for c, d in dist.items() if d >= max(1, far * 2 // 3)])
+        return {"grid": ["".join(row) for row in grid], "start": list(start), "goal": list(goal),
+                "shortest": dist[goal]}
+
+    def prompt(self, instance: Instance[MazeParams]) -> list[dict[str, Any]]:
+        d, p = instance.data, instance.params
+        sx, sy = d["start"]
+        return self.chat(
+            f"The maze is {p.width} wide and {p.height} tall. You are at ({sx}, {sy}); the goal is at "
+            f"({d['goal'][0]}, {d['goal'][1]}). You see {p.view_radius} cell(s) around you.\n"
+            + _view(instance, sx, sy)
+        )
+
+    def new_state(self, instance: Instance[MazeParams]) -> MazeState:
+        x, y = instance.data["start"]
+        return MazeState(x=x, y=y)
+
+    def max_turns(self, instance: Instance[MazeParams]) -> int:
+        return 2 * instance.data["shortest"] + 10
+
+    # -- tools -----------------------------------------------------------------------------------
+
+    @tool
+    def look(self, instance: Instance, state: MazeState, args: NoArgs) -> Observation:
+        """Show the cells around you."""
+        return Observation(f"You are at ({state.x}, {state.y}).\n" + _view(instance, state.x, state.y))
+
+    @tool
+    def move(self, instance: Instance, state: MazeState, args: MoveArgs) -> Observation:
+        """Step one cell north, south, east or west."""
+        dx, dy = STEPS[args.direction]
+        nx, ny = state.x + dx, state.y + dy
+        if instance.data["grid"][ny][nx] == WALL:  # the border is all wall, so no bounds check is needed
+            state.bumps += 1
+            return Observation(f"A wall blocks the way {args.direction}. You are still at ({state.x}, {state.y}).")
+        state.x, state.y, state.moves = nx, ny, state.moves + 1
+        return Observation(f"You moved {args.direction} to ({nx}, {ny}).\n" + _view(instance, nx, ny))
+
+    @tool(final=True)
+    def submit(self, instance: Instance, state: MazeState, args: NoArgs) -> Observation:
+        """Declare that you stand on the goal. This ends the episode."""
+        state.answer = [state.x, state.y]
+        return Observation(f"Submitted at ({state.x}, {state.y}).", final=True)
+
+    # -- reward ----------------------------------------------------------------------------------
+
+    def score(self, instance: Instance, state: MazeState, transcript: Any) -> Score:
+        goal = tuple(instance.data["goal"])
+        if (state.x, state.y) == goal and state.answer is not None:
+            return Score(1.0, True, {"moves": state.moves, "shortest": instance.data["shortest"]})
+        remaining = _goal_distances(tuple(_grid(instance)), goal)[(state.x, state.y)]
+        reason = "no_submit" if state.answer is None else ("near_miss" if remaining <= 2 else "lost")
+        return Score(0.0, False, {"reason": reason, "remaining": remaining, "moves": state.moves})
+
+    # -- oracle ----------------------------------------------------------------------------------
+
+    def oracle(self, instance: Instance, state: MazeState) -> Action:
+        goal = tuple(instance.data["goal"])
+        if (state.x, state.y) == goal:
+            return Action("submit", {})
+        return Action("move", {"direction": _next_direction(_grid(instance), (state.x, state.y), goal)})
+
+    def perturb(self, instance: Instance, state: MazeState, action: Action, rng: random.Random) -> Action:
+        if action.name != "move":
+            return action
+        return Action("move", {"direction": rng.choice([d for d in STEPS if d != action.arguments["direction"]])})
+
+    def wrong_answer(self, instance: Instance, state: MazeState, rng: random.Random) -> Action | None:
+        if [state.x, state.y] == instance.data["goal"]:
+            return None  # submitting here would be right; a wrong answer needs another cell
+        return Action("submit", {})
+
+
+def _grid(instance: Instance) -> list[str]:
+    return instance.data["grid"]
+
+
+def _carve(width: int, height: int, loops: float, rng: random.Random) -> list[list[str]]:
+    """A perfect maze by randomized depth-first search on odd cells, then ``loops`` of walls removed."""
+    grid = [[WALL] * width for _ in range(height)]
+    start = (1, 1)
+    grid[1][1] = OPEN
+    stack = [start]
+    while stack:
+        x, y = stack[-1]
+        options = [(x + 2 * dx, y + 2 * dy, dx, dy) for dx, dy in STEPS.values()
+                   if 0 < x + 2 * dx < width - 1 and 0 < y + 2 * dy < height - 1
+                   and grid[y + 2 * dy][x + 2 * dx] == WALL]
+        if not options:
+            stack.pop()
+            continue
+        nx, ny, dx, dy = rng.choice(options)
+        grid[y + dy][x + dx] = OPEN
+        grid[ny][nx] = OPEN
+        stack.append((nx, ny))
+    inner = [(x, y) for y in range(1, height - 1) for x in range(1, width - 1)
+             if grid[y][x] == WALL and (x % 2) != (y % 2)]
+    for x, y in rng.sample(inner, int(len(inner) * loops)):
+        grid[y][x] = OPEN
+    return grid
+
+
+def _neighbors(grid: list[Any], cell: tuple[int, int]) -> list[tuple[int, int]]:
+    x, y = cell
+    return [(x + dx, y + dy) for dx, dy in STEPS.values() if grid[y + dy][x + dx] == OPEN]
+
+
+def _distances(grid: list[Any], source: tuple[int, int]) -> dict[tuple[int, int], int]:
+    dist = {source: 0}
+    queue = deque([source])
+    while queue:
+        cell = queue.popleft()
+        for nxt in _neighbors(grid, cell):
+            if nxt not in dist:
+                dist[nxt] = dist[cell] + 1
+                queue.append(nxt)
+    return dist
+
+
+@functools.lru_cache(maxsize=4096)
+def _goal_distances(grid: tuple[str, ...], goal: tuple[int, int]) -> dict[tuple[int, int], int]:
+    """Distances to the goal from every cell (one BFS per maze, reused for every step)."""
+    return _distances(grid, goal)
+
+
+def _next_direction(grid: list[str], here: tuple[int, int], goal: tuple[int, int]) -> str:
+    """The first step of a shortest path: downhill on the distances to the goal."""
+    dist = _goal_distances(tuple(grid), goal)
+    x, y = here
+    for name, (dx, dy) in STEPS.items():
+        if dist.get((x + dx, y + dy), 1 << 30) < dist[here]:
+            return name
+    raise AssertionError(f"no step towards the goal from {here}")  # unreachable in a connected maze
+
+
+def _view(instance: Instance, x: int, y: int) -> str:
+    grid, r = _grid(instance), instance.params.view_radius
+    gx, gy = instance.data["goal"]
+    rows = []
+    for vy in range(y - r, y + r + 1):
+        row = []
+        for vx in range(x - r, x + r + 1):
+            if (vx, vy) == (x, y):
+                row.append("@")
+            elif (vx, vy) == (gx, gy):
+                row.append("G")
+            elif 0 <= vy < len(grid) and 0 <= vx < len(grid[0]):
+                row.append(grid[vy][vx])
+            else:
+                row.append(" ")
+        rows.append("".join(row))
+    return f"View, rows from y={y - r} to y={y + r}, columns from x={x - r} to x={x + r}:\n" + "\n".join(rows)

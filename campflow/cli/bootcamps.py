@@ -1,0 +1,112 @@
+"""``campflow bootcamps list | show | sample``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+
+import typer
+from rich.markdown import Markdown
+from rich.panel import Panel
+
+from campflow.cli import app
+from campflow.cli.common import console, table
+
+bootcamps_app = typer.Typer(help="List, explain and sample the bootcamps.", no_args_is_help=True)
+app.add_typer(bootcamps_app, name="bootcamps")
+
+
+@bootcamps_app.command("list")
+def list_command() -> None:
+    """Every registered bootcamp with its modality, levels and summary."""
+    from campflow.bootcamps import registry
+
+    rows = []
+    for entry in registry.entries():
+        b = registry.make(entry.name)
+        summary = (type(b).__doc__ or "").strip().splitlines()[0] if type(b).__doc__ else ""
+        rows.append((b.name, b.modality, ",".join(str(lv) for lv in sorted(b.levels)), entry.origin, summary))
+    console.print(table(["name", "modality", "levels", "origin", "summary"], rows, title="bootcamps"))
+
+
+@bootcamps_app.command("show")
+def show_command(name: str = typer.Argument(..., help="bootcamp name")) -> None:
+    """Explain a bootcamp: what it asks, its levels, params and tools."""
+    from campflow.bootcamps import registry
+
+    d = registry.make(name).describe()
+    console.print(Panel(Markdown(d["description"]), title=f"{d['name']} v{d['version']} ({d['modality']})"))
+    keys = sorted({k for p in d["levels"].values() for k in p})
+    console.print(table(["level", *[k for k in keys if k != "level"]],
+                        [(lvl, *[p.get(k) for k in keys if k != "level"]) for lvl, p in d["levels"].items()],
+                        title="levels"))
+    props = d["params_schema"].get("properties", {})
+    console.print(table(["param", "type", "bounds", "description"],
+                        [(k, v.get("type", ""), _bounds(v), v.get("description", "")) for k, v in props.items()],
+                        title="params (what synthesis may vary)"))
+    console.print(table(["tool", "ends episode", "arguments", "description"],
+                        [(t["name"], "yes" if t["final"] else "", ", ".join(t["parameters"].get("properties", {})),
+                          t["description"]) for t in d["tools"]], title="tools"))
+
+
+@bootcamps_app.command("sample")
+def sample_command(
+    name: str = typer.Argument(..., help="bootcamp name"),
+    seed: int = typer.Option(0, "--seed", "-s", help="instance seed"),
+    level: int | None = typer.Option(None, "--level", "-l", help="difficulty level (default: the lowest)"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="vision bootcamps: write the first image here"),
+) -> None:
+    """Show one instance: its prompt, its tools and the oracle's transcript."""
+    from campflow.agents.oracle import OraclePolicy
+    from campflow.bootcamps import registry
+    from campflow.rollout.engine import EpisodeSpec, run_episode
+
+    bootcamp = registry.make(name)
+    instance = bootcamp.generate(level, seed)
+    console.print(f"[bold]{name}[/] level {instance.level}, seed {seed}, instance id {instance.id}")
+    for schema in bootcamp.tool_schemas(instance):
+        fn = schema["function"]
+        console.print(f"[cyan]tool[/] {fn['name']}: {fn['description']}  "
+                      f"[dim]{json.dumps(fn['parameters'].get('properties', {}))}[/]", soft_wrap=True)
+    episode = asyncio.run(run_episode(EpisodeSpec(bootcamp, instance), OraclePolicy()))
+    first_image = None
+    for msg in episode.transcript:
+        text, image = _render(msg)
+        first_image = first_image or image
+        console.print(Panel(text or "", title=msg["role"], title_align="left"))
+    console.print(f"oracle: {episode.termination}, reward {episode.reward}, {episode.turns} turn(s)")
+    if out is not None:
+        if first_image is None:
+            raise typer.BadParameter(f"{name} produced no image to write (is it a text bootcamp?)", param_hint="--out")
+        out.write_bytes(first_image)
+        console.print(f"wrote {out} ({len(first_image)} bytes)")
+
+
+def _render(msg: dict) -> tuple[str, bytes | None]:
+    """A message as text, and the first image it carries (PNG bytes), if any."""
+    content, image = msg.get("content"), None
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if part.get("type") == "text":
+                parts.append(part["text"])
+            elif part.get("type") == "image_url":
+                url = part["image_url"]["url"]
+                image = image or base64.b64decode(url.split(",", 1)[1])
+                parts.append(f"[image, {len(url)} characters as data URL]")
+        content = "\n".join(parts)
+    for call in msg.get("tool_calls") or []:
+        content = f"{content}\n-> {call['function']['name']}({call['function']['arguments']})".strip()
+    return content or "", image
+
+
+def _bounds(prop: dict) -> str:
+    lo = prop.get("minimum", prop.get("minLength"))
+    hi = prop.get("maximum", prop.get("maxLength"))
+    if "enum" in prop:
+        return "|".join(map(str, prop["enum"]))
+    if "pattern" in prop:
+        return prop["pattern"]
+    return f"{lo}..{hi}" if lo is not None or hi is not None else ""

@@ -1,0 +1,61 @@
+"""The rich live display that long commands install as their progress reporter."""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from campflow.progress import Reporter
+
+
+class RichReporter(Reporter):
+    """Progress bars, one per unit of work; safe to call from worker threads."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,
+        )
+        self._tasks: dict[str, TaskID] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> RichReporter:
+        self.progress.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.progress.stop()
+
+    def start(self, key: str, description: str, total: int | None) -> None:
+        with self._lock:
+            if key in self._tasks:
+                self.progress.reset(self._tasks[key], total=total, description=description)
+            else:
+                self._tasks[key] = self.progress.add_task(description, total=total)
+
+    def advance(self, key: str, steps: int = 1) -> None:
+        with self._lock:
+            if key in self._tasks:
+                self.progress.advance(self._tasks[key], steps)
+
+    def update(self, key: str, description: str) -> None:
+        with self._lock:
+            if key in self._tasks:
+                self.progress.update(self._tasks[key], description=description)
+
+    def finish(self, key: str) -> None:
+        with self._lock:
+            if key in self._tasks:
+                task = self.progress.tasks[self._tasks[key]]
+                if task.total is not None:
+                    self.progress.update(self._tasks[key], completed=task.total)
+
+    def note(self, message: str) -> None:
+        self.progress.console.log(message)

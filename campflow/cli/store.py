@@ -1,0 +1,71 @@
+"""``campflow sql`` and ``campflow runs``: read-only looks into the store."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from campflow.cli import app
+from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.storage.query import run_sql
+
+
+class Format(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+@app.command()
+def sql(
+    query: str = typer.Argument(..., help="SQL to run, e.g. \"SELECT * FROM pass_rates\""),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="output format"),
+    limit: int = typer.Option(0, "--limit", help="show at most this many rows (0: all)"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """Run SQL on the store, read-only. Views: pass_rates, pass_rates_by_level, failure_summary."""
+    cfg = config_with(config, db)
+    result = run_sql(cfg.workspace.db_path, query, limit=limit or None)
+    if fmt is Format.csv:
+        writer = csv.writer(sys.stdout)
+        writer.writerow(result.columns)
+        writer.writerows(result.rows)
+    elif fmt is Format.json:
+        rows = [dict(zip(result.columns, row)) for row in result.rows]
+        print(json.dumps(rows, default=_json_default, ensure_ascii=False, indent=1))
+    else:
+        console.print(table(result.columns, result.rows))
+
+
+@app.command()
+def runs(
+    limit: int = typer.Option(20, "--limit", help="most recent runs to show"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """List recent runs with their status and headline numbers."""
+    cfg = config_with(config, db)
+    result = run_sql(
+        cfg.workspace.db_path,
+        "SELECT r.run_id, r.kind, r.model_id, r.status, strftime(r.started_at, '%Y-%m-%d %H:%M:%S') AS started, "
+        "round(epoch(r.finished_at - r.started_at), 1) AS seconds, count(e.episode_id) AS episodes, "
+        "round(avg(e.success::INTEGER), 3) AS pass_rate "
+        "FROM runs r LEFT JOIN episodes e USING (run_id) "
+        "GROUP BY r.run_id, r.kind, r.model_id, r.status, r.started_at, r.finished_at ORDER BY r.started_at DESC "
+        f"LIMIT {int(limit)}",
+    )
+    console.print(table(result.columns, result.rows, title="runs"))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    return str(value)

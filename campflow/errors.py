@@ -1,0 +1,70 @@
+"""Exception types shared across campflow.
+
+Every error a user can cause derives from :class:`CampflowError`; the CLI prints its message as one
+line and exits non-zero. Messages name the bad value and what was expected.
+"""
+
+from __future__ import annotations
+
+
+class CampflowError(Exception):
+    """Base class of every error campflow raises on purpose."""
+
+    exit_code: int = 1
+
+
+class ConfigError(CampflowError):
+    """A configuration file or value is invalid."""
+
+    exit_code = 2
+
+
+class UnknownBootcampError(CampflowError, KeyError):
+    """A bootcamp name is not registered."""
+
+    exit_code = 2
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class InvalidParamsError(CampflowError, ValueError):
+    """Bootcamp params do not validate against the bootcamp's params model."""
+
+    exit_code = 2
+
+
+class ToolError(CampflowError):
+    """A tool call the world refuses (a wall, a missing file, a bad expression).
+
+    Raised by a bootcamp's tool methods *before* they change anything, so a rejected call leaves the
+    world unchanged. The engine sends the message back to the model as the tool's observation.
+    """
+
+
+class PolicyError(CampflowError):
+    """A policy could not produce a reply for infrastructure reasons (endpoint down, retries spent)."""
+
+
+class ContextOverflowError(PolicyError):
+    """The conversation no longer fits the model's context window."""
+
+
+class StoreError(CampflowError):
+    """The DuckDB store refused an operation."""
+
+
+class QueryError(StoreError):
+    """A user's SQL failed (syntax, unknown table, a write on the read-only connection)."""
+
+    exit_code = 2
+
+
+class StoreBusyError(StoreError):
+    """Another process holds the store's write lock for longer than we were willing to wait."""
+
+    exit_code = 3
+
+
+class SplitLeakError(CampflowError):
+    """An eval-split instance turned up where only training instances belong."""

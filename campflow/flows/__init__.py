@@ -1,0 +1,11 @@
+"""Prefect flows: evaluate, improve, watch. Importing this package imports Prefect.
+
+Prefect reads its settings when first imported, so the offline-friendly defaults are set here: no
+telemetry (the machine may have no network) and room for a slow first start of the ephemeral API.
+Explicit environment variables win.
+"""
+
+import os
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")

@@ -1,0 +1,104 @@
+"""The ``evaluate`` flow: a policy on bootcamps x the eval split x k samples, into the store.
+
+Re-running with the same run id completes only what is missing: episodes already recorded with a
+model outcome are kept, infra-failed and timed-out ones run again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import flow
+from prefect.futures import as_completed
+
+from campflow import progress
+from campflow.agents.factory import policy_model_id
+from campflow.bootcamps import registry
+from campflow.bootcamps.splits import eval_instances
+from campflow.config import CampflowConfig
+from campflow.flows.runners import in_process, task_runner
+from campflow.storage.store import Store
+from campflow.tasks.rollout import ShardItem, rollout_shard, shard_items
+
+
+@dataclass
+class EvalSummary:
+    """What an evaluation did: its run id, counts and pass rate per bootcamp."""
+
+    run_id: str
+    model_id: str
+    ran: int  # episodes run by this invocation
+    skipped: int  # episodes already complete from an earlier invocation
+    pass_rates: dict[str, float] = field(default_factory=dict)
+    terminations: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able form, stored as the run's summary."""
+        return {"run_id": self.run_id, "model_id": self.model_id, "ran": self.ran, "skipped": self.skipped,
+                "pass_rates": self.pass_rates, "terminations": self.terminations}
+
+
+def new_run_id(kind: str) -> str:
+    """A fresh, sortable run id such as ``eval-20261130-034012-1a2b3c``."""
+    return f"{kind}-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+def plan_eval(cfg: CampflowConfig, store: Store, run_id: str) -> tuple[list[ShardItem], int]:
+    """Record the eval instances and list the episodes this run still needs (and how many are done)."""
+    done = store.completed_keys(run_id)
+    items: list[ShardItem] = []
+    for name in registry.parse_names(cfg.eval.bootcamps):
+        instances = eval_instances(registry.make(name), cfg.eval.n, cfg.eval.levels)
+        store.write_instances(instances, split="eval")
+        items += shard_items(instances, cfg.eval.samples, done)
+    return items, len(done)
+
+
+def _chunks(items: list[ShardItem], size: int) -> list[list[ShardItem]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+@flow(name="evaluate", log_prints=False, validate_parameters=False)
+def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "evaluate") -> EvalSummary:
+    """Evaluate ``cfg.policy`` on ``cfg.eval`` and write every episode to the store."""
+    run_id = run_id or new_run_id("eval")
+    store = Store(cfg.workspace.db_path)
+    model_id = policy_model_id(cfg.policy)
+    store.start_run(run_id, kind, cfg.model_dump(mode="json"), model_id)
+    reporter = progress.current()
+    try:
+        items, skipped = plan_eval(cfg, store, run_id)
+        reporter.start("episodes", "episodes", len(items))
+        shards = _chunks(items, cfg.rollout.shard_size)
+        futures = [rollout_shard.submit(shard, cfg.policy, cfg.rollout, run_id) for shard in shards]
+        for future in as_completed(futures):
+            episodes = future.result()
+            store.write_episodes(episodes)
+            if not in_process(cfg.rollout):
+                reporter.advance("episodes", len(episodes))
+        reporter.finish("episodes")
+        summary = summarize(store, run_id, model_id, ran=len(items), skipped=skipped)
+    except BaseException as exc:
+        store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    store.finish_run(run_id, "completed", summary.as_dict())
+    return summary
+
+
+def summarize(store: Store, run_id: str, model_id: str, ran: int, skipped: int) -> EvalSummary:
+    """Pass rates and termination counts of a run, read back from the store."""
+    rates = {r["bootcamp"]: float(r["pass_rate"] or 0.0)
+             for r in store.query("SELECT bootcamp, pass_rate FROM pass_rates WHERE run_id = ? ORDER BY bootcamp",
+                                  [run_id])}
+    terms = {r["termination"]: int(r["n"])
+             for r in store.query("SELECT termination, count(*) AS n FROM episodes WHERE run_id = ? "
+                                  "GROUP BY termination ORDER BY n DESC", [run_id])}
+    return EvalSummary(run_id, model_id, ran, skipped, rates, terms)
+
+
+def evaluate(cfg: CampflowConfig, run_id: str | None = None) -> EvalSummary:
+    """Python API of ``campflow eval``: run the evaluate flow with the task runner ``cfg`` asks for."""
+    return evaluate_flow.with_options(task_runner=task_runner(cfg.rollout))(cfg, run_id)

@@ -1,0 +1,1 @@
+"""The rollout engine: episodes of policy turns, tool calls and observations, with terminations."""

@@ -1,0 +1,77 @@
+"""Episodes and how they end."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Termination(StrEnum):
+    """Why an episode ended. Model failures are kept apart from infrastructure failures."""
+
+    SOLVED = "solved"  # a final tool was called and the reward layer says solved
+    WRONG_ANSWER = "wrong_answer"  # a final tool was called, not solved
+    MAX_TURNS = "max_turns"  # the turn budget ran out before a final tool
+    INVALID_TOOL_CALL = "invalid_tool_call"  # too many consecutive turns of unusable tool calls
+    FORMAT_ERROR = "format_error"  # too many consecutive turns without a parseable tool call
+    CONTEXT_OVERFLOW = "context_overflow"  # the conversation outgrew the token budget or the model
+    TIMEOUT = "timeout"  # the episode's wall-clock budget ran out
+    INFRA_ERROR = "infra_error"  # the endpoint or our own code failed; never the model's fault
+
+    @property
+    def is_model_failure(self) -> bool:
+        """Whether this outcome says something about the model (and so feeds failure mining)."""
+        return self in MODEL_FAILURES
+
+    @property
+    def is_retryable(self) -> bool:
+        """Whether re-running the same run id should run this episode again."""
+        return self in RETRYABLE
+
+
+MODEL_FAILURES = frozenset({Termination.WRONG_ANSWER, Termination.MAX_TURNS, Termination.INVALID_TOOL_CALL,
+                            Termination.FORMAT_ERROR, Termination.CONTEXT_OVERFLOW})
+# A wall-clock timeout says more about the machine than the model, so it is retried, not mined.
+RETRYABLE = frozenset({Termination.INFRA_ERROR, Termination.TIMEOUT})
+
+
+def episode_id(run_id: str, instance_id: str, sample: int) -> str:
+    """Stable id of the ``sample``-th episode of an instance in a run."""
+    return hashlib.sha256(f"{run_id}|{instance_id}|{sample}".encode()).hexdigest()[:24]
+
+
+@dataclass
+class Episode:
+    """One finished episode: outcome, accounting and the full transcript (OpenAI message format)."""
+
+    run_id: str
+    instance_id: str
+    bootcamp: str
+    model_id: str
+    sample: int
+    reward: float
+    success: bool
+    termination: Termination
+    turns: int
+    tool_calls: int
+    invalid_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float  # time spent waiting for the policy
+    wall_s: float  # the whole episode
+    transcript: list[dict[str, Any]]
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    level: int = 0
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = episode_id(self.run_id, self.instance_id, self.sample)
+
+    @property
+    def tokens(self) -> int:
+        """Prompt plus completion tokens over all turns."""
+        return self.prompt_tokens + self.completion_tokens

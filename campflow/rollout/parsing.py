@@ -1,0 +1,180 @@
+"""Turning a model's reply into tool calls: native ``tool_calls`` or Qwen-style ``<tool_call>`` text.
+
+Nothing here raises on model output. Every problem becomes either a :class:`ParsedCall` with an
+``error`` (sent back to the model as the tool's observation) or a turn-level ``format_error``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from campflow.bootcamps.base import Tool, format_validation_error
+
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+_THINK_RE = re.compile(r"^\s*<think>(.*?)</think>", re.S)
+
+
+@dataclass(slots=True)
+class ParsedCall:
+    """One tool call, validated against the tool's argument model.
+
+    ``error`` is None for a usable call; otherwise it is the message for the model and ``error_kind``
+    one of: ``invalid_json``, ``not_an_object``, ``unknown_tool``, ``missing_argument``,
+    ``extra_argument``, ``wrong_type``, ``too_many_calls``.
+    """
+
+    id: str
+    name: str
+    raw_arguments: str
+    arguments: Any = None  # the validated ToolArgs model
+    error: str | None = None
+    error_kind: str | None = None
+
+
+@dataclass(slots=True)
+class ParsedTurn:
+    """A reply split into reasoning, visible content and tool calls."""
+
+    content: str
+    reasoning: str | None
+    calls: list[ParsedCall] = field(default_factory=list)
+    format_error: str | None = None  # set when the reply has no usable call structure at all
+    source: str = "none"  # "native", "text" or "none"
+
+    @property
+    def has_valid_call(self) -> bool:
+        """Whether at least one call can be executed."""
+        return any(c.error is None for c in self.calls)
+
+
+def clean_text(text: Any) -> str:
+    """Text that is safe to store and send back: a string, with lone surrogates replaced."""
+    if type(text) is str and text.isascii():
+        return text
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        text = str(text)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def split_reasoning(content: str) -> tuple[str | None, str]:
+    """Separate a leading ``<think>...</think>`` block from the visible content."""
+    m = _THINK_RE.match(content)
+    if not m:
+        return None, content
+    return m.group(1).strip(), content[m.end():].lstrip()
+
+
+def parse_turn(
+    content: Any,
+    native_calls: Any,
+    tools: Mapping[str, Tool],
+    *,
+    turn: int = 0,
+    reasoning: Any = None,
+    max_calls: int = 8,
+) -> ParsedTurn:
+    """Parse one assistant reply against the available ``tools`` (name -> Tool).
+
+    Native calls win when both are present: endpoints that parse tool calls server-side may leave the
+    raw ``<tool_call>`` text in ``content`` as well, and executing both would run every call twice.
+    """
+    text = clean_text(content)
+    think, text = split_reasoning(text) if "<think>" in text else (None, text)
+    reasoning_text = clean_text(reasoning) or think
+    turn_result = ParsedTurn(content=text, reasoning=reasoning_text or None)
+    raw_calls: list[tuple[str, str, Any]] = []  # (id, name, arguments as given)
+    if native_calls:
+        turn_result.source = "native"
+        if not isinstance(native_calls, list):
+            turn_result.format_error = "tool_calls must be a list of calls"
+            return turn_result
+        for i, call in enumerate(native_calls):
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict):
+                turn_result.calls.append(ParsedCall(f"call_{turn}_{i}", "", "", error="a tool call without a function",
+                                                    error_kind="not_an_object"))
+                continue
+            cid = call.get("id") or f"call_{turn}_{i}"
+            raw_calls.append((clean_text(cid), clean_text(fn.get("name")), fn.get("arguments")))
+    elif TOOL_CALL_OPEN in text:
+        turn_result.source = "text"
+        bodies = _TOOL_CALL_RE.findall(text)
+        unclosed = text.count(TOOL_CALL_OPEN) - len(bodies)
+        if not bodies:
+            turn_result.format_error = "found <tool_call> without a closing </tool_call>"
+            return turn_result
+        for i, body in enumerate(bodies):
+            cid = f"call_{turn}_{i}"
+            try:
+                obj = json.loads(body)
+            except json.JSONDecodeError as exc:
+                turn_result.calls.append(ParsedCall(cid, "", body.strip()[:500],
+                                                    error=f"the <tool_call> body is not valid JSON ({exc.msg})",
+                                                    error_kind="invalid_json"))
+                continue
+            if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+                turn_result.calls.append(ParsedCall(cid, "", body.strip()[:500],
+                                                    error='a <tool_call> must hold {"name": ..., "arguments": {...}}',
+                                                    error_kind="not_an_object"))
+                continue
+            raw_calls.append((cid, obj["name"], obj.get("arguments", {})))
+        if unclosed > 0:
+            turn_result.calls.append(ParsedCall(f"call_{turn}_{len(bodies)}", "", "",
+                                                error="a <tool_call> was not closed; it was ignored",
+                                                error_kind="invalid_json"))
+    else:
+        return turn_result
+    for i, (cid, name, arguments) in enumerate(raw_calls):
+        if len(turn_result.calls) >= max_calls:
+            turn_result.calls.append(ParsedCall(cid, name, "", error=f"more than {max_calls} calls in one turn; "
+                                                "this call was not run", error_kind="too_many_calls"))
+            break
+        turn_result.calls.append(_validate(cid, name, arguments, tools))
+    return turn_result
+
+
+def _validate(cid: str, name: str, arguments: Any, tools: Mapping[str, Tool]) -> ParsedCall:
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, default=str)
+    raw = clean_text(raw)
+    tool = tools.get(name)
+    if tool is not None and raw:
+        try:  # the common case in one step: pydantic parses and validates the JSON text together
+            return ParsedCall(cid, name, raw, arguments=tool.args_model.model_validate_json(raw))
+        except ValidationError:
+            pass  # below, the slow path finds out exactly what is wrong, for the model's benefit
+    if tool is None:
+        return ParsedCall(cid, name, raw, error=f"unknown tool {name[:80]!r}; available: {', '.join(tools)}",
+                          error_kind="unknown_tool")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return ParsedCall(cid, name, raw, error=f"arguments of {name} are not valid JSON ({exc.msg})",
+                              error_kind="invalid_json")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return ParsedCall(cid, name, raw, error=f"arguments of {name} must be a JSON object, got "
+                          f"{type(arguments).__name__}", error_kind="not_an_object")
+    try:
+        model = tool.args_model.model_validate(arguments)
+    except ValidationError as exc:
+        kinds = {e["type"] for e in exc.errors()}
+        kind = ("missing_argument" if "missing" in kinds else
+                "extra_argument" if "extra_forbidden" in kinds else "wrong_type")
+        return ParsedCall(cid, name, raw, error=f"invalid arguments for {name}: {format_validation_error(exc)}",
+                          error_kind=kind)
+    return ParsedCall(cid, name, raw, arguments=model)

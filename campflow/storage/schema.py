@@ -1,0 +1,209 @@
+"""The DuckDB schema: tables by migration, views by definition.
+
+Tables change only through :data:`MIGRATIONS`, applied in order and recorded in ``schema_version``;
+a new column or table is a new migration, never an edit of an old one. Views are recreated whenever
+their definitions change (tracked by a hash in ``meta``), since they hold no data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (1, "initial schema", [
+        """CREATE TABLE runs (
+            run_id VARCHAR PRIMARY KEY,
+            kind VARCHAR NOT NULL,             -- evaluate, collect, improve, train, synthesize, watch
+            model_id VARCHAR,
+            config JSON,
+            status VARCHAR NOT NULL,           -- running, completed, failed
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP,
+            summary JSON
+        )""",
+        """CREATE TABLE instances (
+            instance_id VARCHAR PRIMARY KEY,
+            bootcamp VARCHAR NOT NULL,
+            version VARCHAR NOT NULL,
+            level INTEGER NOT NULL,
+            params JSON NOT NULL,
+            seed BIGINT NOT NULL,
+            split VARCHAR NOT NULL,            -- train, eval
+            origin VARCHAR NOT NULL,           -- generated, synthesized, imported
+            variant_id VARCHAR,
+            created_at TIMESTAMP NOT NULL
+        )""",
+        """CREATE TABLE episodes (
+            episode_id VARCHAR NOT NULL,
+            run_id VARCHAR NOT NULL,
+            instance_id VARCHAR NOT NULL,
+            bootcamp VARCHAR NOT NULL,
+            level INTEGER,
+            model_id VARCHAR NOT NULL,
+            sample_index INTEGER NOT NULL,
+            reward DOUBLE NOT NULL,
+            success BOOLEAN NOT NULL,
+            termination VARCHAR NOT NULL,
+            turns INTEGER NOT NULL,
+            tool_calls INTEGER NOT NULL,
+            invalid_calls INTEGER NOT NULL,
+            prompt_tokens BIGINT NOT NULL,
+            completion_tokens BIGINT NOT NULL,
+            latency_s DOUBLE NOT NULL,
+            wall_s DOUBLE NOT NULL,
+            transcript JSON NOT NULL,
+            details JSON,
+            error VARCHAR,
+            created_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (run_id, instance_id, sample_index)
+        )""",
+        """CREATE TABLE failures (
+            episode_id VARCHAR PRIMARY KEY,
+            run_id VARCHAR NOT NULL,
+            bootcamp VARCHAR NOT NULL,
+            instance_id VARCHAR NOT NULL,
+            category VARCHAR NOT NULL,
+            signature VARCHAR NOT NULL,
+            features JSON,
+            cluster_id VARCHAR
+        )""",
+        """CREATE TABLE clusters (
+            cluster_id VARCHAR PRIMARY KEY,
+            run_id VARCHAR NOT NULL,
+            bootcamp VARCHAR NOT NULL,
+            size INTEGER NOT NULL,
+            label VARCHAR NOT NULL,
+            traits JSON,
+            exemplar_episode_ids VARCHAR[]
+        )""",
+        """CREATE TABLE variants (
+            variant_id VARCHAR PRIMARY KEY,
+            cluster_id VARCHAR,
+            bootcamp VARCHAR NOT NULL,
+            params JSON,
+            rationale VARCHAR,
+            synthesizer VARCHAR NOT NULL,
+            status VARCHAR NOT NULL,           -- accepted, rejected
+            reject_reason VARCHAR,
+            parent_instance_ids VARCHAR[],
+            instance_ids VARCHAR[],
+            created_at TIMESTAMP NOT NULL
+        )""",
+        """CREATE TABLE datasets (
+            dataset_id VARCHAR PRIMARY KEY,
+            kind VARCHAR NOT NULL,             -- sft, rl
+            path VARCHAR NOT NULL,
+            rows INTEGER NOT NULL,
+            filter JSON,
+            source_runs VARCHAR[],
+            created_at TIMESTAMP NOT NULL
+        )""",
+        """CREATE TABLE imported_bootcamps (
+            name VARCHAR PRIMARY KEY,
+            adapter VARCHAR NOT NULL,          -- reasoning-gym, gymnasium, function-calling, internbootcamp
+            source VARCHAR NOT NULL,           -- dataset name, env id, file path or dotted class path
+            version VARCHAR NOT NULL,
+            options JSON,
+            created_at TIMESTAMP NOT NULL
+        )""",
+        """CREATE TABLE cycles (
+            cycle_id VARCHAR PRIMARY KEY,
+            status VARCHAR NOT NULL,           -- running, completed, failed
+            step VARCHAR,                      -- the last completed step
+            base_model_id VARCHAR,
+            candidate_model_id VARCHAR,
+            metric VARCHAR,
+            before_value DOUBLE,
+            after_value DOUBLE,
+            promoted BOOLEAN,
+            state JSON,                        -- ids produced by each completed step
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP
+        )""",
+        """CREATE TABLE watch_decisions (
+            decided_at TIMESTAMP NOT NULL,
+            new_failures INTEGER NOT NULL,
+            threshold INTEGER NOT NULL,
+            started_cycle_id VARCHAR
+        )""",
+        """CREATE TABLE checkpoints (
+            model_id VARCHAR PRIMARY KEY,
+            parent_model_id VARCHAR,
+            kind VARCHAR NOT NULL,             -- base, sft, rl
+            path VARCHAR NOT NULL,
+            dataset_id VARCHAR,
+            metrics JSON,
+            created_at TIMESTAMP NOT NULL
+        )""",
+    ]),
+]
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+# Model failures: what failure mining and failure_summary look at (see rollout.episode.MODEL_FAILURES).
+_MODEL_FAILURES = "('wrong_answer', 'max_turns', 'invalid_tool_call', 'format_error', 'context_overflow')"
+
+VIEWS: dict[str, str] = {
+    "pass_rates": f"""
+        SELECT run_id, bootcamp, model_id,
+               count(*) AS episodes,
+               count(*) FILTER (WHERE success) AS solved,
+               round(count(*) FILTER (WHERE success)
+                     / nullif(count(*) FILTER (WHERE termination NOT IN ('infra_error', 'timeout')), 0), 4)
+                   AS pass_rate,
+               round(avg(reward), 4) AS mean_reward,
+               count(*) FILTER (WHERE termination IN {_MODEL_FAILURES}) AS model_failures,
+               count(*) FILTER (WHERE termination IN ('infra_error', 'timeout')) AS infra_failures
+        FROM episodes GROUP BY run_id, bootcamp, model_id""",
+    "pass_rates_by_level": """
+        SELECT run_id, bootcamp, level, model_id, count(*) AS episodes,
+               round(avg(success::INTEGER), 4) AS pass_rate, round(avg(reward), 4) AS mean_reward
+        FROM episodes WHERE termination NOT IN ('infra_error', 'timeout')
+        GROUP BY run_id, bootcamp, level, model_id""",
+    "failure_summary": f"""
+        SELECT run_id, bootcamp, model_id, termination,
+               coalesce(details->>'$.reason', '') AS reason,
+               count(*) AS episodes,
+               round(avg(turns), 2) AS mean_turns
+        FROM episodes WHERE termination IN {_MODEL_FAILURES}
+        GROUP BY run_id, bootcamp, model_id, termination, reason""",
+}
+
+
+def views_fingerprint(views: dict[str, str] | None = None) -> str:
+    """Hash of the view definitions, to know when they must be recreated."""
+    text = "\n".join(f"{k}:{v}" for k, v in sorted((views or VIEWS).items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def migrate(con: Any) -> int:
+    """Bring a connection's database up to :data:`SCHEMA_VERSION` and its views up to date."""
+    con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                "description VARCHAR, applied_at TIMESTAMP DEFAULT current_timestamp)")
+    con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+    if current > SCHEMA_VERSION:
+        from campflow.errors import StoreError
+
+        raise StoreError(f"the store has schema version {current}, newer than this campflow "
+                         f"({SCHEMA_VERSION}); upgrade campflow")
+    for version, description, statements in MIGRATIONS:
+        if version <= current:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for stmt in statements:
+                con.execute(stmt)
+            con.execute("INSERT INTO schema_version (version, description) VALUES (?, ?)", [version, description])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+    fingerprint = views_fingerprint()
+    row = con.execute("SELECT value FROM meta WHERE key = 'views'").fetchone()
+    if row is None or row[0] != fingerprint:
+        for name, sql in VIEWS.items():
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('views', ?)", [fingerprint])
+    return SCHEMA_VERSION

@@ -1,0 +1,244 @@
+"""The store: one DuckDB file per workspace, written in Arrow batches by one process.
+
+DuckDB lets one process hold a file for writing and locks every other process out, readers too.
+So the writer opens the file for each batch and closes it again, never holding it across a rollout
+or a training step, and both sides retry briefly when they meet the other's lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pyarrow as pa
+
+from campflow.bootcamps.base import Instance
+from campflow.errors import QueryError, StoreBusyError, StoreError
+from campflow.rollout.episode import RETRYABLE, Episode
+from campflow.storage.schema import migrate
+
+DEFAULT_PATH = Path("campflow-data") / "campflow.duckdb"
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "lock" in text and ("conflicting" in text or "could not set" in text)
+
+
+def connect(path: Path, *, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """Open ``path``, retrying with backoff while another process holds its lock."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc):
+                raise StoreError(f"cannot open the store at {path}: {exc}") from None
+            if time.monotonic() >= deadline:
+                raise StoreBusyError(
+                    f"the store at {path} is locked by another process (a write is in progress); "
+                    f"gave up after {wait_s:g}s"
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
+def now() -> dt.datetime:
+    """The current UTC time without tzinfo, the form the store's TIMESTAMP columns hold."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def to_json(value: Any) -> str:
+    """JSON text for a JSON column (non-JSON values become strings rather than failing the batch).
+
+    orjson, because serializing transcripts is most of the cost of writing episodes (json: ~4x slower,
+    measured in benchmarks/bench_store.py).
+    """
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):  # e.g. lone surrogates orjson refuses; json replaces them
+        return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class Store:
+    """The campflow store at ``path`` (created and migrated on first use)."""
+
+    def __init__(self, path: str | Path = DEFAULT_PATH, *, lock_wait_s: float = 60.0) -> None:
+        self.path = Path(path)
+        self.lock_wait_s = lock_wait_s
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.connection() as con:
+            migrate(con)
+
+    @contextmanager
+    def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-write connection, held only for the ``with`` block."""
+        con = connect(self.path, read_only=False, wait_s=self.lock_wait_s)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    # -- generic -----------------------------------------------------------------------------------
+
+    def insert(self, table: str, rows: pa.Table, *, on_conflict: str = "replace") -> int:
+        """Insert an Arrow table by column name; ``on_conflict`` is ``replace``, ``ignore`` or ``error``."""
+        if rows.num_rows == 0:
+            return 0
+        verb = {"replace": "INSERT OR REPLACE", "ignore": "INSERT OR IGNORE", "error": "INSERT"}[on_conflict]
+        with self.connection() as con:
+            con.register("_campflow_batch", rows)
+            try:
+                con.execute(f"{verb} INTO {table} BY NAME SELECT * FROM _campflow_batch")
+            finally:
+                con.unregister("_campflow_batch")
+        return rows.num_rows
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        """Rows of ``sql`` as dicts (for small internal reads)."""
+        with self.connection() as con:
+            try:
+                cur = con.execute(sql, params or [])
+            except duckdb.Error as exc:
+                raise QueryError(one_line(exc)) from None
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+    def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        """Result of ``sql`` as an Arrow table."""
+        with self.connection() as con:
+            return con.execute(sql, params or []).fetch_arrow_table()
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        """The first column of the first row of ``sql`` (None if no rows)."""
+        with self.connection() as con:
+            row = con.execute(sql, params or []).fetchone()
+        return row[0] if row else None
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    def start_run(self, run_id: str, kind: str, config: Mapping[str, Any], model_id: str | None) -> bool:
+        """Record a run as running; True if it is new, False if an earlier run with this id resumes."""
+        with self.connection() as con:
+            existing = con.execute("SELECT kind FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if existing is not None:
+                if existing[0] != kind:
+                    raise StoreError(f"run id {run_id!r} already belongs to a {existing[0]} run, not {kind}")
+                con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?", [run_id])
+                return False
+            con.execute("INSERT INTO runs (run_id, kind, model_id, config, status, started_at) "
+                        "VALUES (?, ?, ?, ?, 'running', ?)", [run_id, kind, model_id, to_json(config), now()])
+            return True
+
+    def finish_run(self, run_id: str, status: str, summary: Mapping[str, Any] | None = None) -> None:
+        """Mark a run completed or failed, with a JSON summary."""
+        with self.connection() as con:
+            con.execute("UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE run_id = ?",
+                        [status, now(), to_json(summary or {}), run_id])
+
+    # -- instances -------------------------------------------------------------------------------
+
+    def write_instances(
+        self, instances: Iterable[Instance], *, split: str, origin: str = "generated",
+        variant_id: str | None = None,
+    ) -> int:
+        """Record instances (idempotent: an id already present is left as it is)."""
+        if split not in ("train", "eval"):
+            raise ValueError(f"split = {split!r}: expected 'train' or 'eval'")
+        instances = list(instances)
+        ts = now()
+        rows = pa.table({
+            "instance_id": [i.id for i in instances],
+            "bootcamp": [i.bootcamp for i in instances],
+            "version": [i.version for i in instances],
+            "level": pa.array([i.level for i in instances], pa.int32()),
+            "params": [to_json(i.params.model_dump(mode="json")) for i in instances],
+            "seed": pa.array([i.seed for i in instances], pa.int64()),
+            "split": [split] * len(instances),
+            "origin": [origin] * len(instances),
+            "variant_id": pa.array([variant_id] * len(instances), pa.string()),
+            "created_at": pa.array([ts] * len(instances), pa.timestamp("us")),
+        })
+        return self.insert("instances", rows, on_conflict="ignore")
+
+    def eval_ids(self, bootcamp: str | None = None) -> set[str]:
+        """Ids of every instance recorded in the eval split (optionally of one bootcamp)."""
+        sql = "SELECT instance_id FROM instances WHERE split = 'eval'"
+        params: list[Any] = []
+        if bootcamp:
+            sql += " AND bootcamp = ?"
+            params.append(bootcamp)
+        with self.connection() as con:
+            return {r[0] for r in con.execute(sql, params).fetchall()}
+
+    # -- episodes --------------------------------------------------------------------------------
+
+    def write_episodes(self, episodes: Sequence[Episode]) -> int:
+        """Insert or replace episodes by (run id, instance id, sample index), as one Arrow batch."""
+        return self.insert("episodes", episodes_to_arrow(episodes), on_conflict="replace")
+
+    def completed_keys(self, run_id: str) -> set[tuple[str, int]]:
+        """(instance id, sample) of a run's episodes that need no re-run (not infra-failed)."""
+        retry = tuple(t.value for t in RETRYABLE)
+        marks = ", ".join("?" for _ in retry)
+        with self.connection() as con:
+            rows = con.execute(
+                f"SELECT instance_id, sample_index FROM episodes WHERE run_id = ? AND termination NOT IN ({marks})",
+                [run_id, *retry],
+            ).fetchall()
+        return {(r[0], r[1]) for r in rows}
+
+
+EPISODE_SCHEMA = pa.schema([
+    ("episode_id", pa.string()), ("run_id", pa.string()), ("instance_id", pa.string()),
+    ("bootcamp", pa.string()), ("level", pa.int32()), ("model_id", pa.string()),
+    ("sample_index", pa.int32()), ("reward", pa.float64()), ("success", pa.bool_()),
+    ("termination", pa.string()), ("turns", pa.int32()), ("tool_calls", pa.int32()),
+    ("invalid_calls", pa.int32()), ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
+    ("latency_s", pa.float64()), ("wall_s", pa.float64()), ("transcript", pa.string()),
+    ("details", pa.string()), ("error", pa.string()), ("created_at", pa.timestamp("us")),
+])
+
+
+def episodes_to_arrow(episodes: Sequence[Episode]) -> pa.Table:
+    """Episodes as an Arrow table in the ``episodes`` column layout, built column by column."""
+    ts = now()
+    n = len(episodes)
+    columns = {
+        "episode_id": [e.id for e in episodes],
+        "run_id": [e.run_id for e in episodes],
+        "instance_id": [e.instance_id for e in episodes],
+        "bootcamp": [e.bootcamp for e in episodes],
+        "level": [e.level for e in episodes],
+        "model_id": [e.model_id for e in episodes],
+        "sample_index": [e.sample for e in episodes],
+        "reward": [e.reward for e in episodes],
+        "success": [e.success for e in episodes],
+        "termination": [str(e.termination) for e in episodes],
+        "turns": [e.turns for e in episodes],
+        "tool_calls": [e.tool_calls for e in episodes],
+        "invalid_calls": [e.invalid_calls for e in episodes],
+        "prompt_tokens": [e.prompt_tokens for e in episodes],
+        "completion_tokens": [e.completion_tokens for e in episodes],
+        "latency_s": [e.latency_s for e in episodes],
+        "wall_s": [e.wall_s for e in episodes],
+        "transcript": [to_json(e.transcript) for e in episodes],
+        "details": [to_json(e.details) for e in episodes],
+        "error": [e.error for e in episodes],
+        "created_at": [ts] * n,
+    }
+    return pa.Table.from_pydict(columns, schema=EPISODE_SCHEMA)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (DuckDB's span several with a caret diagram)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not set(ln.strip()) <= {"^", " "}]
+    return " ".join(lines)

@@ -1,0 +1,51 @@
+"""Shared fixtures. Prefect runs against a temporary home; nothing touches the user's ~/.prefect."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_PREFECT_HOME = tempfile.mkdtemp(prefix="campflow-prefect-")
+os.environ.setdefault("PREFECT_HOME", _PREFECT_HOME)
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """A temporary Prefect API for the whole test session (started once, ~10 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """An empty workspace folder."""
+    return tmp_path / "ws"
+
+
+@pytest.fixture
+def store(workspace: Path):
+    """A fresh store in the temporary workspace."""
+    from campflow.storage.store import Store
+
+    return Store(workspace / "campflow.duckdb")
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300):
+    """Run the installed ``campflow`` console script in a subprocess."""
+    import subprocess
+
+    exe = Path(sys.executable).parent / "campflow"
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=timeout)
