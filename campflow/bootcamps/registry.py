@@ -30,8 +30,10 @@ _REGISTRY: dict[str, Entry] = {}
 _CACHE: dict[str, Bootcamp] = {}
 
 BUILTIN: dict[str, tuple[str, str]] = {
+    # text
     "calculator": ("campflow.bootcamps.calculator:Calculator", "text"),
     "maze": ("campflow.bootcamps.maze:Maze", "text"),
+    # vision
 }
 
 
