@@ -214,19 +214,16 @@ def _next_direction(grid: list[str], here: tuple[int, int], goal: tuple[int, int
 
 
 def _view(instance: Instance, x: int, y: int) -> str:
+    """The cells within the view radius, clipped to the grid (the border is all wall, so nothing
+    outside it is worth showing), with the window's corner so rows and columns can be placed."""
     grid, r = _grid(instance), instance.params.view_radius
     gx, gy = instance.data["goal"]
+    x0, x1 = max(0, x - r), min(len(grid[0]) - 1, x + r)
+    y0, y1 = max(0, y - r), min(len(grid) - 1, y + r)
     rows = []
-    for vy in range(y - r, y + r + 1):
+    for vy in range(y0, y1 + 1):
         row = []
-        for vx in range(x - r, x + r + 1):
-            if (vx, vy) == (x, y):
-                row.append("@")
-            elif (vx, vy) == (gx, gy):
-                row.append("G")
-            elif 0 <= vy < len(grid) and 0 <= vx < len(grid[0]):
-                row.append(grid[vy][vx])
-            else:
-                row.append(" ")
+        for vx in range(x0, x1 + 1):
+            row.append("@" if (vx, vy) == (x, y) else "G" if (vx, vy) == (gx, gy) else grid[vy][vx])
         rows.append("".join(row))
-    return f"View, rows from y={y - r} to y={y + r}, columns from x={x - r} to x={x + r}:\n" + "\n".join(rows)
+    return f"View of x {x0}..{x1}, y {y0}..{y1}:\n" + "\n".join(rows)

@@ -33,7 +33,15 @@ BUILTIN: dict[str, tuple[str, str]] = {
     # text
     "calculator": ("campflow.bootcamps.calculator:Calculator", "text"),
     "maze": ("campflow.bootcamps.maze:Maze", "text"),
+    "filesystem": ("campflow.bootcamps.filesystem:Filesystem", "text"),
+    "sql": ("campflow.bootcamps.sql:Sql", "text"),
+    "shop": ("campflow.bootcamps.shop:Shop", "text"),
+    "calendar": ("campflow.bootcamps.calendar:Calendar", "text"),
+    "wordle": ("campflow.bootcamps.wordle:Wordle", "text"),
     # vision
+    "gridworld": ("campflow.bootcamps.gridworld:Gridworld", "vision"),
+    "chart": ("campflow.bootcamps.chart:Chart", "vision"),
+    "gui": ("campflow.bootcamps.gui:Gui", "vision"),
 }
 
 
