@@ -1,0 +1,112 @@
+"""Imports on record: the store's ``imported_bootcamps`` table, and loading it back into the registry.
+
+:func:`import_bootcamp` is the Python API of ``campflow import``: it checks the name, builds the
+bootcamp (which validates the source), generates one instance per level so a bad option fails now
+rather than mid-evaluation, records the spec with the version it saw, and registers it.
+:func:`register_recorded` is what commands and flows call before they resolve bootcamp names.
+
+The functions take a :class:`~campflow.storage.store.Store` but do not import the storage package:
+bootcamps sit below storage, so the store is passed in by the command or flow that owns it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import TYPE_CHECKING, Any
+
+from campflow.bootcamps import registry
+from campflow.bootcamps.adapters import ImportSpec, build_bootcamp, register_import
+from campflow.bootcamps.base import Bootcamp
+from campflow.errors import ImportSourceError, InvalidParamsError
+
+if TYPE_CHECKING:
+    from campflow.storage.store import Store
+
+SMOKE_SEED = 0
+
+
+def import_bootcamp(spec: ImportSpec, store: Store, *, replace: bool = False) -> tuple[ImportSpec, Bootcamp]:
+    """Validate, record and register one import; returns the recorded spec (version set) and the bootcamp.
+
+    Raises:
+        ImportSourceError: the name is taken (pass ``replace=True`` to re-import an imported name) or
+            the source cannot become a bootcamp.
+    """
+    existing = next((e for e in registry.entries() if e.name == spec.name), None)
+    if existing is not None and existing.origin != "imported":
+        raise ImportSourceError(f"the name {spec.name!r} belongs to a {existing.origin} bootcamp; "
+                                "choose another with --as/--name")
+    recorded_names = {s.name for s in recorded(store)}
+    if spec.name in recorded_names and not replace:
+        raise ImportSourceError(f"{spec.name!r} is already imported; pass --replace to import it again")
+    bootcamp = build_bootcamp(spec)
+    for level in sorted(bootcamp.levels):
+        try:
+            bootcamp.prompt(bootcamp.generate(level, SMOKE_SEED))
+        except (ImportSourceError, InvalidParamsError):
+            raise
+        except Exception as exc:  # the source's own generator failed: say where, not a traceback
+            raise ImportSourceError(f"{spec.adapter} source {spec.source!r} failed to generate level {level}: "
+                                    f"{type(exc).__name__}: {exc}") from None
+    spec = spec.model_copy(update={"version": bootcamp.version})
+    record(store, spec)
+    register_import(spec, replace=True)
+    return spec, bootcamp
+
+
+def record(store: Store, spec: ImportSpec) -> None:
+    """Write (or overwrite) the spec's row in ``imported_bootcamps``, as one Arrow batch."""
+    import pyarrow as pa
+
+    rows = pa.table({
+        "name": [spec.name], "adapter": [spec.adapter], "source": [spec.source], "version": [spec.version],
+        "options": [json.dumps(spec.options, sort_keys=True)],
+        "created_at": pa.array([dt.datetime.now(dt.UTC).replace(tzinfo=None)], pa.timestamp("us")),
+    })
+    store.insert("imported_bootcamps", rows, on_conflict="replace")
+
+
+def recorded(store: Store) -> list[ImportSpec]:
+    """Every import on record, oldest first."""
+    rows = store.query("SELECT name, adapter, source, version, options FROM imported_bootcamps ORDER BY created_at")
+    return [ImportSpec(name=r["name"], adapter=r["adapter"], source=r["source"], version=r["version"],
+                       options=_options(r["options"])) for r in rows]
+
+
+def recorded_rows(store: Store) -> list[dict[str, Any]]:
+    """The ``imported_bootcamps`` rows as dicts (for listings), oldest first."""
+    return store.query("SELECT name, adapter, source, version, options, created_at FROM imported_bootcamps "
+                       "ORDER BY created_at")
+
+
+def register_recorded(store: Store) -> list[ImportSpec]:
+    """Register every recorded import (replacing stale imported entries); returns the specs registered.
+
+    A recorded name that a built-in bootcamp has taken since is skipped: built-ins always win.
+    """
+    registered = []
+    for spec in recorded(store):
+        entry = next((e for e in registry.entries() if e.name == spec.name), None)
+        if entry is not None and entry.origin != "imported":
+            continue
+        if entry is None or entry.kwargs.get("spec") != spec.model_dump(mode="json", exclude={"version"}):
+            register_import(spec, replace=True)
+        registered.append(spec)
+    return registered
+
+
+def forget(store: Store, name: str) -> bool:
+    """Remove an import from the record and the registry; False if it was not recorded."""
+    if name not in {s.name for s in recorded(store)}:
+        return False
+    with store.connection() as con:
+        con.execute("DELETE FROM imported_bootcamps WHERE name = ?", [name])
+    registry.unregister(name)
+    return True
+
+
+def _options(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    return json.loads(raw) if isinstance(raw, str) else dict(raw)

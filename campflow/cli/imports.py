@@ -1,0 +1,120 @@
+"""``campflow import reasoning-gym | gymnasium | function-calling | class`` and ``campflow imports``.
+
+Each import command is a thin call of :func:`campflow.bootcamps.adapters.records.import_bootcamp`:
+the bootcamp is built and smoke-tested, recorded in the workspace's store and from then on listed by
+``campflow bootcamps list`` and usable by every command and flow, by name.
+
+``--config key=value`` sets a knob of the source (a reasoning-gym config field, an environment
+keyword argument, a constructor argument); values are read as YAML. The campflow config file, which
+other commands take as ``--config``, is ``--config-file`` here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from campflow.cli import app
+from campflow.cli.common import ConfigOption, DbOption, config_with, console, register_workspace_imports, table
+
+import_app = typer.Typer(help="Import tasks other people wrote as bootcamps.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+KnobsOption = typer.Option([], "--config", help="a source knob as key=value (repeatable), e.g. max_terms=4")
+NameOption = typer.Option(None, "--as", "--name", help="bootcamp name (default: the adapter prefix and source name)")
+ReplaceOption = typer.Option(False, "--replace", help="import again over an earlier import of this name")
+ConfigFileOption = typer.Option(None, "--config-file", help="campflow YAML config (default: built-in defaults)")
+
+
+@import_app.command("reasoning-gym")
+def import_reasoning_gym(
+    dataset: str = typer.Argument(..., help="procedural dataset name, e.g. basic_arithmetic"),
+    knobs: list[str] = KnobsOption, name: str | None = NameOption, replace: bool = ReplaceOption,
+    config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
+) -> None:
+    """A reasoning-gym dataset as a single-turn bootcamp with a submit(answer) tool."""
+    _import("reasoning-gym", dataset, knobs, name, replace, config_file, db)
+
+
+@import_app.command("gymnasium")
+def import_gymnasium(
+    env_id: str = typer.Argument(..., help="environment id with discrete actions, e.g. FrozenLake-v1"),
+    knobs: list[str] = KnobsOption, name: str | None = NameOption, replace: bool = ReplaceOption,
+    config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
+) -> None:
+    """A Gymnasium environment as a multi-turn bootcamp with a step(action) tool."""
+    _import("gymnasium", env_id, knobs, name, replace, config_file, db)
+
+
+@import_app.command("function-calling")
+def import_function_calling(
+    path: Path = typer.Argument(..., help="a JSONL file, or a folder written by datasets' save_to_disk"),
+    split: str | None = typer.Option(None, "--split", help="split of a saved DatasetDict (default: train)"),
+    name: str | None = NameOption, replace: bool = ReplaceOption,
+    config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
+) -> None:
+    """Rows with messages, tools and expected calls as a bootcamp scored by call matching."""
+    _import("function-calling", str(path.resolve()), [f"split={split}"] if split else [], name, replace,
+            config_file, db)
+
+
+@import_app.command("class")
+def import_class(
+    source: str = typer.Argument(..., help="package.module:Class, package.module.Class or path/file.py:Class"),
+    knobs: list[str] = KnobsOption, name: str | None = NameOption, replace: bool = ReplaceOption,
+    config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
+) -> None:
+    """An InternBootcamp-style class (case_generator, prompt_func, verify_score) as a bootcamp."""
+    module, sep, cls = source.rpartition(":")
+    if sep and module.endswith(".py"):  # a file path must survive a change of working directory
+        source = f"{Path(module).resolve()}:{cls}"
+    _import("internbootcamp", source, knobs, name, replace, config_file, db)
+
+
+@app.command("imports")
+def imports_command(
+    remove: str | None = typer.Option(None, "--remove", help="forget the import of this name"),
+    config: Path | None = ConfigOption, db: Path | None = DbOption,
+) -> None:
+    """List the imported bootcamps recorded in the store (or remove one)."""
+    from campflow.bootcamps.adapters.records import forget, recorded_rows
+    from campflow.storage.store import Store
+
+    store = Store(config_with(config, db).workspace.db_path)
+    if remove is not None:
+        if not forget(store, remove):
+            from campflow.errors import UnknownBootcampError
+
+            raise UnknownBootcampError(f"no imported bootcamp named {remove!r}")
+        console.print(f"removed {remove}")
+        return
+    rows = [(r["name"], r["adapter"], r["source"], r["version"], r["options"], f"{r['created_at']:%Y-%m-%d %H:%M}")
+            for r in recorded_rows(store)]
+    console.print(table(["name", "adapter", "source", "version", "options", "imported"], rows, title="imports"))
+
+
+def _import(adapter: str, source: str, pairs: list[str], name: str | None, replace: bool,
+            config_file: Path | None, db: Path | None) -> None:
+    from pydantic import ValidationError
+
+    from campflow.bootcamps.adapters import ImportSpec, default_name, parse_options
+    from campflow.bootcamps.adapters.records import import_bootcamp
+    from campflow.bootcamps.base import format_validation_error
+    from campflow.errors import ImportSourceError
+    from campflow.storage.store import Store
+
+    cfg = config_with(config_file, db)
+    try:
+        spec = ImportSpec(name=name or default_name(adapter, source), adapter=adapter, source=source,
+                          options=parse_options(pairs))
+    except ValidationError as exc:
+        raise ImportSourceError(format_validation_error(exc)) from None
+    register_workspace_imports(cfg.workspace.db_path)
+    spec, bootcamp = import_bootcamp(spec, Store(cfg.workspace.db_path), replace=replace)
+    instance = bootcamp.generate(None, 0)
+    tools = ", ".join(t.name for t in bootcamp.tools(instance))
+    console.print(f"imported [bold]{spec.name}[/] ({adapter} {source}) version {spec.version}: "
+                  f"levels {','.join(str(lv) for lv in sorted(bootcamp.levels))}; tools {tools}")
+    console.print(f"try: campflow bootcamps sample {spec.name}   or   "
+                  f"campflow eval --bootcamps {spec.name} --policy oracle -n 6")
