@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from campflow.errors import ConfigError
 
@@ -92,6 +92,134 @@ class EvalConfig(Section):
     levels: list[int] | None = Field(None, description="only these levels; None: all")
 
 
+class TinyModelConfig(Section):
+    """The embedded default model, built locally (no download)."""
+
+    seed: int = Field(0, description="seed of the corpus, the tokenizer and the initial weights")
+    vocab_size: int = Field(4096, ge=300, le=65_536, description="BPE vocabulary size, special tokens included")
+    hidden_size: int = Field(192, ge=16, le=4096, description="model width")
+    intermediate_size: int = Field(512, ge=16, le=16_384, description="MLP width")
+    layers: int = Field(4, ge=1, le=64, description="transformer layers")
+    heads: int = Field(6, ge=1, le=64, description="attention heads (hidden_size must divide evenly)")
+    kv_heads: int = Field(2, ge=1, le=64, description="key/value heads (grouped-query attention)")
+    max_positions: int = Field(2048, ge=128, le=131_072, description="longest sequence, in tokens")
+    corpus_per_level: int = Field(60, ge=1, le=100_000, description="oracle episodes per level for the tokenizer")
+
+
+class FilterConfig(Section):
+    """Which episodes become training data."""
+
+    min_reward: float = Field(1.0, ge=0, le=1, description="keep episodes with at least this reward")
+    solved_only: bool = Field(True, description="keep only episodes that ended as solved")
+    valid_calls_only: bool = Field(True, description="drop episodes with any invalid tool call")
+    max_turns: int | None = Field(None, ge=1, description="drop episodes with more turns")
+    max_chars: int | None = Field(6000, ge=100, description="drop episodes whose transcript text is longer")
+    dedupe: bool = Field(True, description="keep one episode per (instance, action sequence)")
+    max_per_bootcamp: int | None = Field(None, ge=1, description="cap per bootcamp (balance); None: no cap")
+    balance: bool = Field(True, description="cap every bootcamp at the smallest bootcamp's count times 2")
+
+
+class SFTConfig(Section):
+    """Supervised fine-tuning with TRL's SFTTrainer (assistant-only loss)."""
+
+    max_steps: int = Field(800, ge=1, description="optimizer steps")
+    batch_size: int = Field(16, ge=1, description="sequences per step")
+    learning_rate: float = Field(1e-3, gt=0, description="peak learning rate (cosine decay, warmup)")
+    warmup_ratio: float = Field(0.05, ge=0, le=1, description="share of steps spent warming up")
+    seed: int = Field(0, description="data order and dropout seed")
+
+
+class RLConfig(Section):
+    """Reinforcement learning with TRL's GRPOTrainer, bootcamps as environments."""
+
+    max_steps: int = Field(60, ge=1, description="optimizer steps")
+    num_generations: int = Field(8, ge=2, description="rollouts per prompt (the GRPO group)")
+    prompts_per_step: int = Field(4, ge=1, description="distinct prompts per step")
+    learning_rate: float = Field(2e-5, gt=0, description="learning rate")
+    beta: float = Field(0.0, ge=0, description="KL penalty against the starting model")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts")
+    max_completion_length: int = Field(384, ge=8, description="tokens the model may write per rollout, all turns")
+    max_tool_calling_iterations: int = Field(12, ge=1, description="tool rounds per rollout")
+    instances_per_bootcamp: int = Field(256, ge=1, description="train-split instances offered per bootcamp")
+    seed: int = Field(0, description="sampling and data order seed")
+
+
+class TrainingConfig(Section):
+    """Datasets, the embedded model, SFT and RL."""
+
+    bootcamps: list[str] = Field(["calculator", "maze"], min_length=1, description="bootcamps trained on")
+    levels: list[int] | None = Field(None, description="only these levels; None: all")
+    collect_n: int = Field(400, ge=1, description="train-split instances per bootcamp for teacher collection")
+    collect_samples: int = Field(1, ge=1, description="episodes per instance (best-of-k for sampling policies)")
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    filter: FilterConfig = Field(default_factory=FilterConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    rl: RLConfig = Field(default_factory=RLConfig)
+
+
+class SynthesisLLMConfig(Section):
+    """The OpenAI-compatible model that proposes variants (synthesizer: llm)."""
+
+    model: str | None = Field(None, description="endpoint model name; required for the llm synthesizer")
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the API key, if any")
+    temperature: float = Field(0.7, ge=0, le=2, description="sampling temperature of proposals")
+    max_tokens: int = Field(2048, ge=64, le=1_000_000, description="completion tokens per request")
+    timeout: float = Field(120.0, gt=0, description="seconds per request before it is retried")
+    max_retries: int = Field(2, ge=0, le=20, description="retries (with backoff) before synthesis fails")
+    json_schema: bool = Field(True, description="ask for a JSON-schema response_format (dropped if refused)")
+    max_requests: int = Field(3, ge=1, le=20, description="requests per cluster until n proposals are read")
+    exemplar_chars: int = Field(1500, ge=200, le=100_000, description="characters kept of each exemplar transcript")
+
+
+class SynthesisConfig(Section):
+    """Failure mining, clustering, variant synthesis, validation and the curriculum."""
+
+    synthesizer: Literal["mutate", "llm"] = Field("mutate", description="mutate (offline) or llm")
+    n_per_cluster: int = Field(8, ge=1, le=1000, description="proposals asked for per cluster")
+    min_cluster_size: int = Field(2, ge=1, description="clusters with fewer failures get no variants")
+    max_clusters: int = Field(8, ge=1, le=100, description="most clusters per bootcamp (the data picks how many)")
+    exemplars: int = Field(3, ge=1, le=20, description="exemplar episodes kept per cluster")
+    instances_per_variant: int = Field(4, ge=1, le=1000, description="train instances generated per variant")
+    calibration_samples: int = Field(4, ge=0, le=1000, description="episodes per variant to estimate the "
+                                     "current model's pass rate; 0 skips calibration")
+    band_min: float = Field(0.1, ge=0, le=1, description="variants the model passes less often are too hard")
+    band_max: float = Field(0.9, ge=0, le=1, description="variants the model passes more often are too easy")
+    curriculum_up: float = Field(0.8, ge=0, le=1, description="train pass rate at or above which the level rises")
+    curriculum_down: float = Field(0.3, ge=0, le=1, description="train pass rate below which the level falls")
+    seed: int = Field(0, description="seed of clustering and mutation")
+    llm: SynthesisLLMConfig = Field(default_factory=SynthesisLLMConfig, description="synthesizer: llm")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SynthesisConfig:
+        if self.band_min > self.band_max:
+            raise ValueError(f"band_min = {self.band_min} must not exceed band_max = {self.band_max}")
+        if self.curriculum_down > self.curriculum_up:
+            raise ValueError(f"curriculum_down = {self.curriculum_down} must not exceed "
+                             f"curriculum_up = {self.curriculum_up}")
+        return self
+
+
+class ImproveConfig(Section):
+    """One improvement cycle: evaluate, mine, synthesize, collect, filter, SFT, RL, re-evaluate, promote."""
+
+    model: str = Field("embedded", description="model to start from when none is promoted yet: 'embedded' "
+                       "(the tiny local model) or a local model folder")
+    metric: Literal["pass_rate", "mean_reward"] = Field("pass_rate", description="what decides promotion")
+    min_improvement: float = Field(0.0, ge=0, le=1, description="promote only if the metric rises by more")
+    rl: bool = Field(True, description="run RL after SFT (off: the SFT checkpoint is the candidate)")
+    eval_variants: bool = Field(True, description="also evaluate the candidate on the accepted variants")
+    reports_dir: Path = Field(Path("reports"), description="where cycle reports are written")
+    cron: str = Field("0 3 * * *", description="schedule of `campflow serve` for improve (cron, server time)")
+
+
+class WatchConfig(Section):
+    """Retraining when new model failures accumulate."""
+
+    threshold: int = Field(50, ge=1, description="new model failures since the last training that start a cycle")
+    interval_seconds: int = Field(3600, ge=1, description="how often `campflow serve` runs watch")
+
+
 class CampflowConfig(Section):
     """The whole configuration."""
 
@@ -99,6 +227,10 @@ class CampflowConfig(Section):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    improve: ImproveConfig = Field(default_factory=ImproveConfig)
+    watch: WatchConfig = Field(default_factory=WatchConfig)
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
@@ -135,6 +267,19 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         return CampflowConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{source}: {format_config_error(exc)}") from None
+
+
+def as_config(value: CampflowConfig | dict[str, Any] | str | Path) -> CampflowConfig:
+    """A config from what a flow may receive: the object, its JSON form, or the path of a YAML file
+    (deployments pass parameters as JSON)."""
+    if isinstance(value, CampflowConfig):
+        return value
+    if isinstance(value, str | Path):
+        return load_config(value)
+    try:
+        return CampflowConfig.model_validate(value)
+    except ValidationError as exc:
+        raise ConfigError(f"flow parameters: {format_config_error(exc)}") from None
 
 
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:

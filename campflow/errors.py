@@ -68,3 +68,19 @@ class StoreBusyError(StoreError):
 
 class SplitLeakError(CampflowError):
     """An eval-split instance turned up where only training instances belong."""
+
+
+class RunNotFoundError(CampflowError):
+    """A run id names no run in the store (or a run with nothing of the kind asked for)."""
+
+    exit_code = 2
+
+
+class SynthesisError(CampflowError):
+    """Failure mining or variant synthesis could not proceed (e.g. the synthesizer's LLM endpoint failed)."""
+
+
+class ImportSourceError(CampflowError):
+    """An external task source cannot become a bootcamp (unknown dataset, continuous actions, bad rows)."""
+
+    exit_code = 2

@@ -29,11 +29,18 @@ def build_policy(cfg: PolicyConfig) -> Policy:
             max_tokens=cfg.max_tokens, timeout=cfg.timeout, max_retries=cfg.max_retries,
             transport=cfg.transport, send_reasoning=cfg.send_reasoning,
         )
-    raise ConfigError(f"policy.kind = {cfg.kind!r} is not available in this build")
+    from campflow.agents.local import LocalPolicy
+
+    return LocalPolicy(cfg.model, batch_size=cfg.batch_size, max_new_tokens=cfg.max_tokens,
+                       temperature=cfg.temperature, seed=cfg.noise.seed)
 
 
 def policy_model_id(cfg: PolicyConfig) -> str:
     """The model id a policy built from ``cfg`` records, without building it."""
     if cfg.kind in ("oracle", "noisy"):
         return build_policy(cfg).model_id
+    if cfg.kind == "local":
+        from campflow.agents.local import stamped_model_id
+
+        return stamped_model_id(str(cfg.model)) or str(cfg.model)
     return str(cfg.model)

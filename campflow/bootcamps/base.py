@@ -62,6 +62,7 @@ Minimal example::
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import inspect
@@ -73,6 +74,7 @@ from typing import Any, ClassVar, Generic, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from campflow.bootcamps.schemas import tool_schema
 from campflow.errors import InvalidParamsError
 
 # ----------------------------------------------------------------------------------------------
@@ -198,7 +200,12 @@ class Tool:
     method: Callable[..., Observation] | None = None
 
     def schema(self) -> dict[str, Any]:
-        """The OpenAI function-calling schema of this tool (built once; treat it as read-only)."""
+        """The function-calling schema of this tool (built once; treat it as read-only).
+
+        Written in the layout of transformers' ``get_json_schema`` (see campflow.bootcamps.schemas), which
+        is also a valid OpenAI tool schema. Bounds and ``extra="forbid"`` are enforced on every call even
+        though the schema does not spell them out.
+        """
         return _tool_schema(self)
 
 
@@ -215,9 +222,7 @@ def _task_text(doc: str) -> str:
 
 @functools.cache
 def _tool_schema(t: Tool) -> dict[str, Any]:
-    parameters = _clean_schema(t.args_model.model_json_schema())
-    parameters.pop("description", None)  # the args model's docstring is for developers
-    return {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": parameters}}
+    return tool_schema(t.name, t.description, t.args_model)
 
 
 def tool(fn: Callable[..., Observation] | None = None, *, final: bool = False) -> Any:
@@ -291,6 +296,9 @@ class Bootcamp(Generic[P, S]):
                 marker = getattr(fn, "__campflow_tool__", None)
                 if marker is None:
                     continue
+                if any(attr in vars(base) for base in Bootcamp.__mro__):
+                    raise TypeError(f"tool {cls.__name__}.{attr} would replace Bootcamp.{attr}; name the tool "
+                                    "something else (e.g. describe_table rather than describe)")
                 hints = get_type_hints(fn)
                 args_model = hints.get("args")
                 if not (isinstance(args_model, type) and issubclass(args_model, ToolArgs)):
@@ -407,8 +415,10 @@ class Bootcamp(Generic[P, S]):
         raise NotImplementedError(f"{type(self).__name__} must implement oracle()")
 
     def wrong_answer(self, instance: Instance[P], state: S, rng: random.Random) -> Action | None:
-        """A final action that ends the episode with reward 0 from ``state`` (for test and noisy
-        policies), or None where no such action exists (a maze agent already on the goal)."""
+        """The next action of a wrong ending from ``state``: a final action scoring at most
+        :attr:`wrong_answer_bound`, or a step towards one (test and noisy policies call it every
+        turn until the episode ends); None where no wrong ending is possible from here (a maze agent
+        already on the goal)."""
         raise NotImplementedError(f"{type(self).__name__} must implement wrong_answer()")
 
     def perturb(self, instance: Instance[P], state: S, action: Action, rng: random.Random) -> Action:
@@ -452,6 +462,13 @@ class Bootcamp(Generic[P, S]):
                 for t in self._tools.values()
             ],
         }
+
+
+def image_parts(caption: str, png: bytes) -> list[dict[str, Any]]:
+    """OpenAI content parts carrying a caption and a PNG image as a data URL (how vision prompts and
+    image observations reach a model)."""
+    url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return [{"type": "text", "text": caption}, {"type": "image_url", "image_url": {"url": url}}]
 
 
 # ----------------------------------------------------------------------------------------------

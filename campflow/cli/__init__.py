@@ -23,7 +23,7 @@ app = typer.Typer(
 
 
 # Modules whose import registers their commands on `app` (each is small and imports lazily).
-COMMAND_MODULES = ("evaluate", "store", "bootcamps")
+COMMAND_MODULES = ("evaluate", "store", "bootcamps", "training", "synthesis", "imports", "loop")
 
 
 def main() -> None:

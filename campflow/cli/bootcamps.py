@@ -9,39 +9,50 @@ from pathlib import Path
 
 import typer
 from rich.markdown import Markdown
+from rich.markup import escape
 from rich.panel import Panel
 
 from campflow.cli import app
-from campflow.cli.common import console, table
+from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import register_workspace_imports
 
 bootcamps_app = typer.Typer(help="List, explain and sample the bootcamps.", no_args_is_help=True)
 app.add_typer(bootcamps_app, name="bootcamps")
 
 
 @bootcamps_app.command("list")
-def list_command() -> None:
-    """Every registered bootcamp with its modality, levels and summary."""
+def list_command(config: Path | None = ConfigOption, db: Path | None = DbOption) -> None:
+    """Every registered bootcamp (built-in and imported) with its modality, levels and summary."""
     from campflow.bootcamps import registry
+    from campflow.errors import CampflowError
 
+    register_workspace_imports(config_with(config, db).workspace.db_path)
     rows = []
     for entry in registry.entries():
-        b = registry.make(entry.name)
+        try:
+            b = registry.make(entry.name)
+        except CampflowError as exc:  # an imported source that went away must not hide the others
+            rows.append((entry.name, entry.modality, "", entry.origin, f"unavailable: {exc}"))
+            continue
         summary = (type(b).__doc__ or "").strip().splitlines()[0] if type(b).__doc__ else ""
         rows.append((b.name, b.modality, ",".join(str(lv) for lv in sorted(b.levels)), entry.origin, summary))
     console.print(table(["name", "modality", "levels", "origin", "summary"], rows, title="bootcamps"))
 
 
 @bootcamps_app.command("show")
-def show_command(name: str = typer.Argument(..., help="bootcamp name")) -> None:
+def show_command(name: str = typer.Argument(..., help="bootcamp name"), config: Path | None = ConfigOption,
+                 db: Path | None = DbOption) -> None:
     """Explain a bootcamp: what it asks, its levels, params and tools."""
     from campflow.bootcamps import registry
 
+    register_workspace_imports(config_with(config, db).workspace.db_path)
+
     d = registry.make(name).describe()
     console.print(Panel(Markdown(d["description"]), title=f"{d['name']} v{d['version']} ({d['modality']})"))
-    keys = sorted({k for p in d["levels"].values() for k in p})
-    console.print(table(["level", *[k for k in keys if k != "level"]],
-                        [(lvl, *[p.get(k) for k in keys if k != "level"]) for lvl, p in d["levels"].items()],
-                        title="levels"))
+    levels = d["levels"]
+    keys = [k for k in dict.fromkeys(k for p in levels.values() for k in p) if k != "level"]
+    console.print(table(["param", *[f"level {lvl}" for lvl in levels]],
+                        [(k, *[escape(str(p.get(k))) for p in levels.values()]) for k in keys], title="levels"))
     props = d["params_schema"].get("properties", {})
     console.print(table(["param", "type", "bounds", "description"],
                         [(k, v.get("type", ""), _bounds(v), v.get("description", "")) for k, v in props.items()],
@@ -57,25 +68,29 @@ def sample_command(
     seed: int = typer.Option(0, "--seed", "-s", help="instance seed"),
     level: int | None = typer.Option(None, "--level", "-l", help="difficulty level (default: the lowest)"),
     out: Path | None = typer.Option(None, "--out", "-o", help="vision bootcamps: write the first image here"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
 ) -> None:
     """Show one instance: its prompt, its tools and the oracle's transcript."""
     from campflow.agents.oracle import OraclePolicy
     from campflow.bootcamps import registry
     from campflow.rollout.engine import EpisodeSpec, run_episode
 
+    register_workspace_imports(config_with(config, db).workspace.db_path)
+
     bootcamp = registry.make(name)
     instance = bootcamp.generate(level, seed)
     console.print(f"[bold]{name}[/] level {instance.level}, seed {seed}, instance id {instance.id}")
     for schema in bootcamp.tool_schemas(instance):
         fn = schema["function"]
-        console.print(f"[cyan]tool[/] {fn['name']}: {fn['description']}  "
-                      f"[dim]{json.dumps(fn['parameters'].get('properties', {}))}[/]", soft_wrap=True)
+        console.print(f"[cyan]tool[/] {escape(fn['name'])}: {escape(fn['description'])}  "
+                      f"[dim]{escape(json.dumps(fn['parameters'].get('properties', {})))}[/]", soft_wrap=True)
     episode = asyncio.run(run_episode(EpisodeSpec(bootcamp, instance), OraclePolicy()))
     first_image = None
     for msg in episode.transcript:
         text, image = _render(msg)
         first_image = first_image or image
-        console.print(Panel(text or "", title=msg["role"], title_align="left"))
+        console.print(Panel(escape(text or ""), title=msg["role"], title_align="left"))
     console.print(f"oracle: {episode.termination}, reward {episode.reward}, {episode.turns} turn(s)")
     if out is not None:
         if first_image is None:
@@ -106,7 +121,7 @@ def _bounds(prop: dict) -> str:
     lo = prop.get("minimum", prop.get("minLength"))
     hi = prop.get("maximum", prop.get("maxLength"))
     if "enum" in prop:
-        return "|".join(map(str, prop["enum"]))
+        return escape("|".join(map(str, prop["enum"])))
     if "pattern" in prop:
-        return prop["pattern"]
+        return escape(prop["pattern"])
     return f"{lo}..{hi}" if lo is not None or hi is not None else ""

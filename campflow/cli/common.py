@@ -26,6 +26,33 @@ def config_with(path: Path | None, db: Path | None = None, **overrides: Any) -> 
     return load_config(path, extra)
 
 
+def register_workspace_imports(db_path: Path) -> None:
+    """Register the imports recorded in the store at ``db_path`` (nothing if there is no store yet)."""
+    if not db_path.exists():
+        return
+    from campflow.bootcamps.adapters.records import register_recorded
+    from campflow.storage.store import Store
+
+    register_recorded(Store(db_path))
+
+
+def resolve_local_model(cfg: CampflowConfig) -> None:
+    """For ``policy.kind = local``, accept a checkpoint id as the model and turn it into its path."""
+    if cfg.policy.kind != "local":
+        return
+    from campflow.errors import ConfigError
+
+    if not cfg.policy.model:
+        raise ConfigError("policy.model is required for a local policy: a model folder or a checkpoint id "
+                          "(see `campflow sql \"SELECT model_id, kind FROM checkpoints\"`)")
+    if Path(cfg.policy.model).exists():
+        return
+    from campflow.storage.store import Store
+    from campflow.training.checkpoints import get
+
+    cfg.policy.model = str(get(Store(cfg.workspace.db_path), cfg.policy.model).path)
+
+
 def table(columns: list[str], rows: list[tuple[Any, ...]] | list[list[Any]], title: str | None = None) -> Table:
     """A rich table of ``rows``; numbers right-aligned, floats to four places."""
     t = Table(title=title, header_style="bold")

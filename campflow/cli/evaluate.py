@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import ConfigOption, DbOption, config_with, console, resolve_local_model, table
 
 
 def quiet_prefect() -> None:
@@ -37,8 +37,11 @@ def eval_command(
         "eval.n": n, "eval.samples": samples, "rollout.concurrency": concurrency,
     })
     from campflow.bootcamps import registry
+    from campflow.cli.common import register_workspace_imports
 
+    register_workspace_imports(cfg.workspace.db_path)  # imported bootcamps are named like built-in ones
     cfg.eval.bootcamps = registry.parse_names(cfg.eval.bootcamps)  # fail fast, before Prefect starts
+    resolve_local_model(cfg)
     quiet_prefect()
     from campflow import progress
     from campflow.cli.display import RichReporter

@@ -35,7 +35,7 @@ def sql(
     cfg = config_with(config, db)
     result = run_sql(cfg.workspace.db_path, query, limit=limit or None)
     if fmt is Format.csv:
-        writer = csv.writer(sys.stdout)
+        writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(result.columns)
         writer.writerows(result.rows)
     elif fmt is Format.json:

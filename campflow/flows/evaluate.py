@@ -12,16 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import flow
-from prefect.futures import as_completed
-
-from campflow import progress
 from campflow.agents.factory import policy_model_id
 from campflow.bootcamps import registry
+from campflow.bootcamps.adapters.records import register_recorded
 from campflow.bootcamps.splits import eval_instances
 from campflow.config import CampflowConfig
-from campflow.flows.runners import in_process, task_runner
+from campflow.flows.rollouts import record_rollouts
+from campflow.flows.runners import task_runner
 from campflow.storage.store import Store
-from campflow.tasks.rollout import ShardItem, rollout_shard, shard_items
+from campflow.tasks.rollout import ShardItem, shard_items
 
 
 @dataclass
@@ -49,16 +48,13 @@ def new_run_id(kind: str) -> str:
 def plan_eval(cfg: CampflowConfig, store: Store, run_id: str) -> tuple[list[ShardItem], int]:
     """Record the eval instances and list the episodes this run still needs (and how many are done)."""
     done = store.completed_keys(run_id)
+    register_recorded(store)  # imported bootcamps are named like built-in ones
     items: list[ShardItem] = []
     for name in registry.parse_names(cfg.eval.bootcamps):
         instances = eval_instances(registry.make(name), cfg.eval.n, cfg.eval.levels)
         store.write_instances(instances, split="eval")
         items += shard_items(instances, cfg.eval.samples, done)
     return items, len(done)
-
-
-def _chunks(items: list[ShardItem], size: int) -> list[list[ShardItem]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 @flow(name="evaluate", log_prints=False, validate_parameters=False)
@@ -68,18 +64,9 @@ def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "e
     store = Store(cfg.workspace.db_path)
     model_id = policy_model_id(cfg.policy)
     store.start_run(run_id, kind, cfg.model_dump(mode="json"), model_id)
-    reporter = progress.current()
     try:
         items, skipped = plan_eval(cfg, store, run_id)
-        reporter.start("episodes", "episodes", len(items))
-        shards = _chunks(items, cfg.rollout.shard_size)
-        futures = [rollout_shard.submit(shard, cfg.policy, cfg.rollout, run_id) for shard in shards]
-        for future in as_completed(futures):
-            episodes = future.result()
-            store.write_episodes(episodes)
-            if not in_process(cfg.rollout):
-                reporter.advance("episodes", len(episodes))
-        reporter.finish("episodes")
+        record_rollouts(store, items, cfg.policy, cfg.rollout, run_id)
         summary = summarize(store, run_id, model_id, ran=len(items), skipped=skipped)
     except BaseException as exc:
         store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})

@@ -8,7 +8,6 @@ episode comes back as an :class:`~campflow.rollout.episode.Episode` with a termi
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -16,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from campflow.agents.base import Policy, TurnContext
-from campflow.bootcamps.base import Bootcamp, Instance
+from campflow.bootcamps.base import Bootcamp, Instance, image_parts
+from campflow.config import RolloutConfig
 from campflow.errors import ContextOverflowError, PolicyError, ToolError
 from campflow.rollout.episode import Episode, Termination
 from campflow.rollout.parsing import ParsedTurn, clean_text, parse_turn
@@ -33,6 +33,14 @@ class RolloutSettings:
     max_reply_chars: int = 32_000  # longer replies are a format error (and stored truncated)
     max_observation_chars: int = 8_000
     max_context_tokens: int | None = None  # token budget of one conversation
+
+    @classmethod
+    def from_config(cls, cfg: RolloutConfig) -> RolloutSettings:
+        """The limits of the ``rollout`` config section."""
+        return cls(max_turns=cfg.max_turns, episode_timeout=cfg.episode_timeout,
+                   max_consecutive_errors=cfg.max_consecutive_errors, max_calls_per_turn=cfg.max_calls_per_turn,
+                   max_reply_chars=cfg.max_reply_chars, max_observation_chars=cfg.max_observation_chars,
+                   max_context_tokens=cfg.max_context_tokens)
 
 
 @dataclass(frozen=True)
@@ -240,12 +248,6 @@ def _message_text(message: dict[str, Any]) -> str:
     if isinstance(content, list):
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     return ""
-
-
-def image_parts(caption: str, png: bytes) -> list[dict[str, Any]]:
-    """OpenAI content parts carrying a caption and a PNG image as a data URL."""
-    url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-    return [{"type": "text", "text": caption}, {"type": "image_url", "image_url": {"url": url}}]
 
 
 async def run_episodes(

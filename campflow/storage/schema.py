@@ -137,6 +137,25 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             created_at TIMESTAMP NOT NULL
         )""",
     ]),
+    (2, "synthesis: cluster members, variant verdicts, curriculum", [
+        # every member of a cluster, so a variant's lineage survives re-clustering of its run
+        "ALTER TABLE clusters ADD COLUMN episode_ids VARCHAR[]",
+        "ALTER TABLE clusters ADD COLUMN created_at TIMESTAMP",
+        "ALTER TABLE variants ADD COLUMN reject_kind VARCHAR",   # slug of reject_reason, for GROUP BY
+        "ALTER TABLE variants ADD COLUMN pass_rate DOUBLE",      # calibrated pass rate of the current model
+        "ALTER TABLE variants ADD COLUMN run_id VARCHAR",        # the synthesize run that proposed it
+        """CREATE TABLE curriculum (
+            run_id VARCHAR NOT NULL,           -- the run whose train pass rate decided
+            bootcamp VARCHAR NOT NULL,
+            cluster_id VARCHAR NOT NULL,       -- '' for the bootcamp as a whole
+            level INTEGER NOT NULL,
+            next_level INTEGER NOT NULL,
+            pass_rate DOUBLE,
+            episodes INTEGER NOT NULL,
+            decided_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (run_id, bootcamp, cluster_id)
+        )""",
+    ]),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -145,6 +164,26 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 _MODEL_FAILURES = "('wrong_answer', 'max_turns', 'invalid_tool_call', 'format_error', 'context_overflow')"
 
 VIEWS: dict[str, str] = {
+    # Model failures of evaluations since the last training finished: what `watch` counts. A cycle's own
+    # evaluations end before its checkpoint is registered or the cycle completes, so they never count.
+    "new_failures": f"""
+        SELECT e.bootcamp, e.model_id, e.termination, count(*) AS failures, max(e.created_at) AS latest
+        FROM episodes e JOIN runs r USING (run_id)
+        WHERE r.kind = 'evaluate' AND e.termination IN {_MODEL_FAILURES}
+          AND e.created_at > coalesce((SELECT max(t) FROM (
+                SELECT max(finished_at) AS t FROM cycles WHERE status = 'completed'
+                UNION ALL SELECT max(created_at) FROM checkpoints WHERE kind IN ('sft', 'rl'))),
+              TIMESTAMP '1970-01-01')
+        GROUP BY e.bootcamp, e.model_id, e.termination""",
+    "checkpoint_lineage": """
+        WITH RECURSIVE chain(model_id, ancestor_id, kind, dataset_id, depth) AS (
+            SELECT model_id, model_id, kind, dataset_id, 0 FROM checkpoints
+            UNION ALL
+            SELECT chain.model_id, c.parent_model_id, p.kind, p.dataset_id, chain.depth + 1
+            FROM chain JOIN checkpoints c ON c.model_id = chain.ancestor_id
+            JOIN checkpoints p ON p.model_id = c.parent_model_id)
+        SELECT chain.model_id, chain.depth, chain.ancestor_id, chain.kind, chain.dataset_id, d.source_runs
+        FROM chain LEFT JOIN datasets d USING (dataset_id)""",
     "pass_rates": f"""
         SELECT run_id, bootcamp, model_id,
                count(*) AS episodes,
@@ -168,6 +207,26 @@ VIEWS: dict[str, str] = {
                round(avg(turns), 2) AS mean_turns
         FROM episodes WHERE termination IN {_MODEL_FAILURES}
         GROUP BY run_id, bootcamp, model_id, termination, reason""",
+    "failure_categories": """
+        SELECT run_id, bootcamp, category, count(*) AS failures,
+               count(DISTINCT instance_id) AS instances, count(DISTINCT cluster_id) AS clusters
+        FROM failures GROUP BY run_id, bootcamp, category""",
+    # For a variant: its cluster and the failed episodes behind it (one row per episode);
+    # parent marks the episodes of the instances the variant was derived from.
+    "variant_lineage": """
+        SELECT v.variant_id, v.bootcamp, v.synthesizer, v.status, v.reject_kind, v.cluster_id,
+               c.run_id AS failure_run_id, c.label AS cluster_label, m.episode_id AS failed_episode_id,
+               e.instance_id AS failed_instance_id, f.category, e.termination, e.reward,
+               list_contains(v.parent_instance_ids, e.instance_id) AS parent
+        FROM variants v
+        JOIN clusters c ON c.cluster_id = v.cluster_id
+        CROSS JOIN LATERAL (SELECT unnest(c.episode_ids) AS episode_id) m
+        LEFT JOIN failures f ON f.episode_id = m.episode_id
+        LEFT JOIN episodes e ON e.episode_id = m.episode_id AND e.run_id = c.run_id""",
+    "curriculum_levels": """
+        SELECT bootcamp, nullif(cluster_id, '') AS cluster_id, arg_max(next_level, decided_at) AS level,
+               arg_max(pass_rate, decided_at) AS last_pass_rate, max(decided_at) AS decided_at
+        FROM curriculum GROUP BY bootcamp, cluster_id""",
 }
 
 

@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from campflow import progress
 from campflow.agents.factory import build_policy
 from campflow.bootcamps import registry
+from campflow.bootcamps.adapters import ImportSpec, ensure_registered
 from campflow.bootcamps.base import Instance
 from campflow.config import PolicyConfig, RolloutConfig
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, rollout
@@ -35,16 +36,6 @@ def shard_items(instances: Iterable[Instance], samples: int, skip: set[tuple[str
             for i in instances for k in range(samples) if (i.id, k) not in skip]
 
 
-def settings_from(cfg: RolloutConfig) -> RolloutSettings:
-    """Engine limits from the rollout config section."""
-    return RolloutSettings(
-        max_turns=cfg.max_turns, episode_timeout=cfg.episode_timeout,
-        max_consecutive_errors=cfg.max_consecutive_errors, max_calls_per_turn=cfg.max_calls_per_turn,
-        max_reply_chars=cfg.max_reply_chars, max_observation_chars=cfg.max_observation_chars,
-        max_context_tokens=cfg.max_context_tokens,
-    )
-
-
 def specs_for(items: Sequence[ShardItem]) -> list[EpisodeSpec]:
     """Rebuild the instances of a shard, checking that each still has the id it was planned with."""
     specs = []
@@ -59,8 +50,14 @@ def specs_for(items: Sequence[ShardItem]) -> list[EpisodeSpec]:
 
 
 @task(name="rollout-shard", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
-def rollout_shard(items: list[ShardItem], policy: PolicyConfig, rollout_cfg: RolloutConfig, run_id: str) -> list[Episode]:
-    """Run a shard of episodes with the engine; episodes come back to the flow, which writes them."""
+def rollout_shard(items: list[ShardItem], policy: PolicyConfig, rollout_cfg: RolloutConfig, run_id: str,
+                  imports: list[ImportSpec] | None = None) -> list[Episode]:
+    """Run a shard of episodes with the engine; episodes come back to the flow, which writes them.
+
+    ``imports`` are the specs of imported bootcamps the shard may name: a worker in another process
+    (Ray) knows only the built-in bootcamps until they are registered here.
+    """
+    ensure_registered(imports)
     reporter = progress.current()
-    return rollout(specs_for(items), build_policy(policy), settings_from(rollout_cfg), run_id=run_id,
+    return rollout(specs_for(items), build_policy(policy), RolloutSettings.from_config(rollout_cfg), run_id=run_id,
                    concurrency=rollout_cfg.concurrency, on_episode=lambda _: reporter.advance("episodes"))

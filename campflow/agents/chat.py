@@ -1,0 +1,90 @@
+"""From recorded transcripts (OpenAI message format) to what chat templates render.
+
+Transcripts keep tool-call arguments as JSON strings, as the OpenAI protocol does; chat templates
+(and TRL) expect them as objects, and render tool results as ``tool`` messages. Images are dropped
+with a note, since the embedded model reads text only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+
+class UnrenderableTranscript(ValueError):
+    """A transcript that cannot become training text (e.g. a tool call whose arguments are not JSON)."""
+
+
+def template_messages(transcript: Sequence[dict[str, Any]], *, strict: bool = True) -> list[dict[str, Any]]:
+    """Messages for a chat template: arguments as dicts, content as text, no transport-only keys.
+
+    With ``strict`` a tool call whose arguments are not a JSON object raises
+    :class:`UnrenderableTranscript` (training data must not teach malformed calls); without it such
+    arguments are kept as the raw string (for rendering a live conversation back to the model).
+    """
+    out: list[dict[str, Any]] = []
+    for message in transcript:
+        role = message["role"]
+        content = text_of(message.get("content"))
+        if role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": content}
+            calls = []
+            for call in message.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                calls.append({"type": "function",
+                              "function": {"name": fn.get("name", ""),
+                                           "arguments": _arguments(fn.get("arguments"), strict)}})
+            if calls:
+                msg["tool_calls"] = calls
+            out.append(msg)
+        elif role == "tool":
+            out.append({"role": "tool", "name": message.get("name", ""), "content": content})
+        else:
+            out.append({"role": role, "content": content})
+    return out
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content (a string, or content parts whose images become a note)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if part.get("type") == "text":
+            parts.append(part.get("text", ""))
+        elif part.get("type") in ("image_url", "image"):
+            parts.append("[image]")
+    return "\n".join(parts)
+
+
+def _arguments(raw: Any, strict: bool) -> Any:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except json.JSONDecodeError:
+        if strict:
+            raise UnrenderableTranscript(f"tool call arguments are not JSON: {str(raw)[:80]!r}") from None
+        return raw
+    if not isinstance(value, dict):
+        if strict:
+            raise UnrenderableTranscript(f"tool call arguments are not a JSON object: {str(raw)[:80]!r}")
+        return raw
+    return value
+
+
+def action_sequence(transcript: Sequence[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """The (tool, canonical arguments) calls of a transcript, for deduplication."""
+    seq = []
+    for message in transcript:
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            try:
+                args = json.dumps(json.loads(fn.get("arguments") or "{}"), sort_keys=True)
+            except (json.JSONDecodeError, TypeError):
+                args = str(fn.get("arguments"))
+            seq.append((str(fn.get("name")), args))
+    return tuple(seq)

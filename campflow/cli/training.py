@@ -1,0 +1,193 @@
+"""``campflow collect``, ``campflow dataset``, ``campflow export`` and ``campflow train base|sft|rl``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import typer
+
+from campflow.cli import app
+from campflow.cli.common import ConfigOption, DbOption, config_with, console, resolve_local_model, table
+from campflow.cli.evaluate import quiet_prefect
+
+train_app = typer.Typer(help="Build the embedded model; fine-tune with SFT; train with RL.", no_args_is_help=True)
+dataset_app = typer.Typer(help="Turn recorded episodes into training datasets.", no_args_is_help=True)
+app.add_typer(train_app, name="train")
+app.add_typer(dataset_app, name="dataset")
+
+
+def quiet_training() -> None:
+    """Keep library progress bars and deprecation chatter out of the live display."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="trl")
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    datasets.disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def _live():
+    from campflow import progress
+    from campflow.cli.display import RichReporter
+
+    reporter = RichReporter(console)
+    return reporter, progress.use(reporter)
+
+
+@app.command()
+def collect(
+    policy: str | None = typer.Option("oracle", "--policy", "-p", help="oracle | noisy | openai | local"),
+    split: str = typer.Option("train", "--split", help="only 'train': teacher data never comes from eval"),
+    model: str | None = typer.Option(None, "--model", "-m", help="endpoint model, or local path / checkpoint id"),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL"),
+    bootcamps: str | None = typer.Option(None, "--bootcamps", "-b", help="comma-separated names"),
+    n: int | None = typer.Option(None, "-n", help="train instances per bootcamp"),
+    samples: int | None = typer.Option(None, "--samples", "-k", help="episodes per instance (best-of-k)"),
+    temperature: float | None = typer.Option(None, "--temperature", help="sampling temperature"),
+    run_id: str | None = typer.Option(None, "--run-id", help="resume or name a run"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """Gather teacher (or self-sampled best-of-k) episodes on train-split instances."""
+    if split != "train":
+        raise typer.BadParameter(f"split {split!r}: teacher data is collected on 'train' only; the eval "
+                                 "split is never trained on", param_hint="--split")
+    names = [s.strip() for s in bootcamps.split(",")] if bootcamps else None
+    cfg = config_with(config, db, **{"policy.kind": policy, "policy.model": model, "policy.base_url": base_url,
+                                     "policy.temperature": temperature, "training.bootcamps": names,
+                                     "training.collect_n": n, "training.collect_samples": samples})
+    resolve_local_model(cfg)
+    quiet_prefect()
+    from campflow.flows.collect import collect as run_collect
+
+    reporter, installed = _live()
+    with reporter, installed:
+        summary = run_collect(cfg, run_id)
+    console.print(f"[bold]run[/] {summary.run_id}  [bold]policy[/] {summary.model_id}")
+    console.print(table(["bootcamp", "pass_rate"], list(summary.pass_rates.items())))
+    console.print(f"next: campflow dataset build --runs {summary.run_id}")
+
+
+@dataset_app.command("build")
+def dataset_build(
+    runs: str = typer.Option(..., "--runs", help="comma-separated run ids whose episodes to use"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """Filter episodes into an SFT dataset (TRL conversational format) and record it."""
+    cfg = config_with(config, db)
+    quiet_training()
+    from campflow.storage.store import Store
+    from campflow.training.filtering import build_sft_dataset
+
+    build = build_sft_dataset(Store(cfg.workspace.db_path), cfg.workspace.path, _split(runs), cfg.training.filter)
+    console.print(f"[bold]dataset[/] {build.dataset_id}: {build.rows} rows at {build.path}"
+                  f"{' (already built)' if build.reused else ''}")
+    console.print(table(["bootcamp", "rows"], sorted(build.per_bootcamp.items())))
+    if build.dropped:
+        console.print(table(["dropped because", "episodes"], sorted(build.dropped.items())))
+
+
+@app.command()
+def export(
+    fmt: str = typer.Option("hf", "--format", "-f", help="hf (a datasets folder) | verl (RL parquet)"),
+    runs: str = typer.Option(..., "--runs", help="comma-separated run ids"),
+    out: Path = typer.Option(..., "--out", "-o", help="where to write"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """Export filtered episodes: a Hugging Face dataset for TRL, or verl-style parquet for RL at scale."""
+    if fmt not in ("hf", "verl"):
+        raise typer.BadParameter(f"format {fmt!r}: expected 'hf' or 'verl'", param_hint="--format")
+    cfg = config_with(config, db)
+    quiet_training()
+    from campflow.storage.store import Store
+    from campflow.training.filtering import build_sft_dataset, export_verl
+
+    store = Store(cfg.workspace.db_path)
+    if fmt == "verl":
+        build = export_verl(store, _split(runs), cfg.training.filter, out)
+    else:
+        build = build_sft_dataset(store, cfg.workspace.path, _split(runs), cfg.training.filter)
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(build.path, out)
+    console.print(f"wrote {out} ({build.rows} rows, dataset {build.dataset_id})")
+
+
+@train_app.command("base")
+def train_base(
+    bootcamps: str | None = typer.Option(None, "--bootcamps", "-b", help="bootcamps whose text trains the tokenizer"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """Build the embedded tiny model (tokenizer + Qwen3-architecture weights) and register it as ``base``."""
+    names = [s.strip() for s in bootcamps.split(",")] if bootcamps else None
+    cfg = config_with(config, db, **{"training.bootcamps": names})
+    quiet_training()
+    from campflow.storage.store import Store
+    from campflow.training.base import ensure_base
+
+    ckpt = ensure_base(Store(cfg.workspace.db_path), cfg)
+    console.print(f"[bold]base[/] {ckpt.model_id} at {ckpt.path}: {ckpt.metrics.get('parameters'):,} parameters, "
+                  f"vocabulary {ckpt.metrics.get('vocab_size')}")
+
+
+@train_app.command("sft")
+def train_sft_command(
+    base: str = typer.Option(..., "--from", help="checkpoint id or path to start from"),
+    dataset: str = typer.Option(..., "--dataset", help="SFT dataset id (campflow dataset build)"),
+    steps: int | None = typer.Option(None, "--steps", help="optimizer steps"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """Supervised fine-tuning with TRL's SFTTrainer (assistant-only loss)."""
+    cfg = config_with(config, db, **{"training.sft.max_steps": steps})
+    quiet_training()
+    from campflow.storage.store import Store
+    from campflow.training.sft import train_sft
+
+    reporter, installed = _live()
+    with reporter, installed:
+        result = train_sft(Store(cfg.workspace.db_path), cfg.workspace.path, base, dataset, cfg.training.sft)
+    _report(result)
+
+
+@train_app.command("rl")
+def train_rl_command(
+    base: str = typer.Option(..., "--from", help="checkpoint id or path to start from"),
+    bootcamps: str | None = typer.Option(None, "--bootcamps", "-b", help="comma-separated bootcamps (environments)"),
+    steps: int | None = typer.Option(None, "--steps", help="optimizer steps"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """Reinforcement learning with TRL's GRPOTrainer, each bootcamp an environment."""
+    names = [s.strip() for s in bootcamps.split(",")] if bootcamps else None
+    cfg = config_with(config, db, **{"training.bootcamps": names, "training.rl.max_steps": steps})
+    quiet_training()
+    from campflow.storage.store import Store
+    from campflow.training.rl import train_rl
+
+    reporter, installed = _live()
+    with reporter, installed:
+        result = train_rl(Store(cfg.workspace.db_path), cfg.workspace.path, base, cfg.training.bootcamps,
+                          cfg.training.rl, cfg.training.levels)
+    _report(result)
+
+
+def _report(result) -> None:  # noqa: ANN001
+    ckpt = result.checkpoint
+    shown = {k: v for k, v in result.metrics.items() if not k.endswith("_curve")}
+    console.print(f"[bold]{ckpt.kind}[/] {ckpt.model_id} (from {ckpt.parent_model_id}) at {ckpt.path}"
+                  f"{' (already trained)' if result.reused else ''}")
+    console.print(table(list(shown), [tuple(shown.values())]))
+    console.print(f"evaluate it: campflow eval --policy local --model {ckpt.model_id}")
+
+
+def _split(runs: str) -> list[str]:
+    return [r.strip() for r in runs.split(",") if r.strip()]

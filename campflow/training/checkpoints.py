@@ -1,0 +1,104 @@
+"""Checkpoints: models on disk under the workspace, with their lineage recorded in the store."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from campflow.errors import CampflowError
+from campflow.storage.store import Store, now, to_json
+
+
+class UnknownCheckpointError(CampflowError):
+    """A model id or path that names no checkpoint."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A registered model."""
+
+    model_id: str
+    kind: str
+    path: Path
+    parent_model_id: str | None
+    dataset_id: str | None
+    metrics: dict[str, Any]
+
+
+def models_dir(workspace: Path) -> Path:
+    """Where checkpoints live."""
+    return workspace / "models"
+
+
+def checkpoint_id(kind: str, *parts: Any) -> str:
+    """A content id for a checkpoint built by ``kind`` from ``parts`` (parent, dataset, settings)."""
+    digest = hashlib.sha256(json.dumps([kind, *parts], sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{kind}-{digest}"
+
+
+def get(store: Store, model: str) -> Checkpoint:
+    """The checkpoint with model id ``model``, or registered at path ``model``."""
+    rows = store.query("SELECT * FROM checkpoints WHERE model_id = ? OR path = ?", [model, str(Path(model))])
+    if not rows:
+        known = [r["model_id"] for r in store.query("SELECT model_id FROM checkpoints ORDER BY created_at")]
+        raise UnknownCheckpointError(f"no checkpoint {model!r}; known: {', '.join(known) or 'none yet'} "
+                                     "(build the base model with `campflow train base`)")
+    r = rows[0]
+    return Checkpoint(r["model_id"], r["kind"], Path(r["path"]), r["parent_model_id"], r["dataset_id"],
+                      json.loads(r["metrics"] or "{}"))
+
+
+def find(store: Store, model_id: str) -> Checkpoint | None:
+    """The checkpoint ``model_id`` if it is registered and its folder still exists."""
+    try:
+        ckpt = get(store, model_id)
+    except UnknownCheckpointError:
+        return None
+    return ckpt if ckpt.path.exists() else None
+
+
+def register(store: Store, model_id: str, kind: str, path: Path, *, parent: str | None = None,
+             dataset_id: str | None = None, metrics: Mapping[str, Any] | None = None) -> Checkpoint:
+    """Record a checkpoint (idempotent on the model id) and stamp its folder with its id."""
+    meta_file = path / "campflow.json"
+    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    meta.update({"model_id": model_id, "kind": kind, "parent_model_id": parent, "dataset_id": dataset_id})
+    meta_file.write_text(json.dumps(meta, indent=1))
+    with store.connection() as con:
+        con.execute("INSERT OR REPLACE INTO checkpoints (model_id, parent_model_id, kind, path, dataset_id, metrics, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [model_id, parent, kind, str(path), dataset_id, to_json(dict(metrics or {})), now()])
+    return Checkpoint(model_id, kind, path, parent, dataset_id, dict(metrics or {}))
+
+
+@contextmanager
+def staging(final: Path) -> Iterator[Path]:
+    """A scratch folder that becomes ``final`` only when the block completes (a killed run leaves no
+    half-written checkpoint under the final name)."""
+    tmp = final.with_name(final.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    yield tmp
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.replace(final)
+
+
+def adopt(store: Store, path: str | Path) -> Checkpoint:
+    """Register a model folder the user brings (a ``save_pretrained`` folder) as a ``base`` checkpoint."""
+    folder = Path(path)
+    if not (folder / "config.json").exists():
+        raise UnknownCheckpointError(f"{folder} is not a model folder (no config.json); expected the output of "
+                                     "save_pretrained, or improve.model: embedded")
+    model_id = checkpoint_id("base", str(folder.resolve()))
+    existing = find(store, model_id)
+    return existing or register(store, model_id, "base", folder.resolve())

@@ -1,0 +1,105 @@
+"""Reinforcement learning with TRL's GRPOTrainer, the bootcamps as environments.
+
+The training set is train-split instances of the chosen bootcamps (synthesized variants included
+when the store has them): one row per instance with its system prompt, its bootcamp (TRL's
+``environment`` field selects the environment) and the params and seed that ``reset`` rebuilds it
+from. Every row is checked against the eval split before training starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from campflow.bootcamps import registry
+from campflow.bootcamps.adapters.records import register_recorded
+from campflow.bootcamps.base import Instance
+from campflow.bootcamps.splits import assert_not_eval, train_instances
+from campflow.config import RLConfig
+from campflow.storage.store import Store
+from campflow.training import checkpoints
+from campflow.training.environments import environment_factories
+from campflow.training.sft import TrainResult, progress_callback
+
+
+def rl_instances(store: Store, bootcamps: list[str], per_bootcamp: int, seed: int,
+                 levels: list[int] | None = None) -> list[Instance]:
+    """Train-split instances: synthesized variants from the store first, then generated ones."""
+    out: list[Instance] = []
+    for name in bootcamps:
+        bootcamp = registry.make(name)
+        rows = store.query("SELECT instance_id, params, seed FROM instances WHERE bootcamp = ? AND split = 'train' "
+                           "AND origin = 'synthesized' ORDER BY instance_id LIMIT ?", [name, per_bootcamp])
+        chosen = [bootcamp.generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
+        lv = [lvl for lvl in (levels or sorted(bootcamp.levels)) if lvl in bootcamp.levels]
+        chosen += train_instances(bootcamp, per_bootcamp - len(chosen), seed=seed, levels=lv)
+        out += chosen
+    return out
+
+
+def rl_rows(instances: list[Instance]) -> list[dict[str, Any]]:
+    """GRPO dataset rows: the system prompt, an empty user turn that ``reset`` fills, and the instance."""
+    rows = []
+    for inst in instances:
+        system = registry.make(inst.bootcamp).prompt(inst)[0]
+        rows.append({"prompt": [system, {"role": "user", "content": ""}], "environment": inst.bootcamp,
+                     "params": json.dumps(inst.params.model_dump(mode="json")), "seed": inst.seed,
+                     "instance_id": inst.id})
+    return rows
+
+
+def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg: RLConfig,
+             levels: list[int] | None = None) -> TrainResult:
+    """GRPO from checkpoint ``base`` on ``bootcamps``; returns the registered ``rl`` checkpoint."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    register_recorded(store)
+    bootcamps = registry.parse_names(bootcamps)
+    parent = checkpoints.get(store, base)
+    model_id = checkpoints.checkpoint_id("rl", parent.model_id, sorted(bootcamps), levels, cfg.model_dump())
+    existing = checkpoints.find(store, model_id)
+    if existing is not None:
+        return TrainResult(existing, existing.metrics, reused=True)
+
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    instances = rl_instances(store, bootcamps, cfg.instances_per_bootcamp, cfg.seed, levels)
+    assert_not_eval((i.id for i in instances), store.eval_ids(), what="the RL training set")
+    store.write_instances(instances, split="train")
+    train = datasets.Dataset.from_list(rl_rows(instances))
+    tokenizer = AutoTokenizer.from_pretrained(parent.path, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(parent.path)
+    final = checkpoints.models_dir(workspace) / model_id
+    with checkpoints.staging(final) as out:
+        args = GRPOConfig(
+            output_dir=str(out / "trainer"), max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+            per_device_train_batch_size=cfg.num_generations * cfg.prompts_per_step,
+            num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
+            max_tool_calling_iterations=cfg.max_tool_calling_iterations, temperature=cfg.temperature,
+            beta=cfg.beta, logging_steps=1, save_strategy="no", report_to=[], bf16=False, use_cpu=True,
+            seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
+            remove_unused_columns=False,
+        )
+        trainer = GRPOTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                              environment_factory=environment_factories(bootcamps),
+                              callbacks=[progress_callback("rl", "RL")])
+        started = time.perf_counter()
+        trainer.train()
+        elapsed = time.perf_counter() - started
+        trainer.save_model(str(out))
+        tokenizer.save_pretrained(str(out))
+        history = trainer.state.log_history
+        rewards = [(h["step"], h["reward"]) for h in history if "reward" in h]
+        metrics = {"steps": trainer.state.global_step, "seconds": round(elapsed, 1), "reward_curve": rewards,
+                   "first_reward": rewards[0][1] if rewards else None,
+                   "last_reward": rewards[-1][1] if rewards else None, "instances": len(instances)}
+
+
+        shutil.rmtree(out / "trainer", ignore_errors=True)
+    ckpt = checkpoints.register(store, model_id, "rl", final, parent=parent.model_id, metrics=metrics)
+    return TrainResult(ckpt, metrics)

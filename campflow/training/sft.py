@@ -1,0 +1,105 @@
+"""Supervised fine-tuning on filtered trajectories with TRL's SFTTrainer (assistant-only loss).
+
+CPU-safe settings throughout (``use_cpu``, no bf16), an explicit tokenizer and config, and progress
+reported through campflow's reporter instead of tqdm. The checkpoint is staged and renamed into place
+when training completes, then registered with its parent, dataset and metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from campflow import progress
+from campflow.config import SFTConfig
+from campflow.errors import CampflowError
+from campflow.storage.store import Store
+from campflow.training import checkpoints
+
+
+@dataclass
+class TrainResult:
+    """A trained checkpoint and what training measured."""
+
+    checkpoint: checkpoints.Checkpoint
+    metrics: dict[str, Any]
+    reused: bool = False
+
+
+def progress_callback(key: str, description: str) -> Any:
+    """A transformers TrainerCallback that reports steps and the latest loss to campflow's reporter."""
+    from transformers import TrainerCallback
+
+    reporter = progress.current()
+
+    class Report(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+            reporter.start(key, description, state.max_steps)
+
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            reporter.advance(key)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+            if logs:
+                shown = {k: logs[k] for k in ("loss", "reward") if k in logs}
+                if shown:
+                    reporter.update(key, f"{description} ({', '.join(f'{k} {v:.3g}' for k, v in shown.items())})")
+
+        def on_train_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            reporter.finish(key)
+
+    return Report()
+
+
+def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SFTConfig,
+              max_length: int | None = None) -> TrainResult:
+    """Fine-tune checkpoint ``base`` on SFT dataset ``dataset_id``; returns the registered checkpoint."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    parent = checkpoints.get(store, base)
+    rows = store.query("SELECT path, kind FROM datasets WHERE dataset_id = ?", [dataset_id])
+    if not rows or rows[0]["kind"] != "sft":
+        raise CampflowError(f"no SFT dataset {dataset_id!r}; build one with `campflow dataset build`")
+    model_id = checkpoints.checkpoint_id("sft", parent.model_id, dataset_id, cfg.model_dump(), max_length)
+    existing = checkpoints.find(store, model_id)
+    if existing is not None:
+        return TrainResult(existing, existing.metrics, reused=True)
+
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig as TRLSFTConfig
+    from trl import SFTTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(parent.path)
+    model = AutoModelForCausalLM.from_pretrained(parent.path)
+    train = datasets.load_from_disk(rows[0]["path"])
+    max_length = max_length or model.config.max_position_embeddings
+    final = checkpoints.models_dir(workspace) / model_id
+    with checkpoints.staging(final) as out:
+        args = TRLSFTConfig(
+            output_dir=str(out / "trainer"), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
+            learning_rate=cfg.learning_rate, lr_scheduler_type="cosine",
+            warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
+            weight_decay=0.0, logging_steps=max(1, cfg.max_steps // 40), save_strategy="no", report_to=[],
+            bf16=False, use_cpu=True, assistant_only_loss=True, max_length=max_length, seed=cfg.seed,
+            data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
+        )
+        trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                             callbacks=[progress_callback("sft", "SFT")])
+        started = time.perf_counter()
+        result = trainer.train()
+        elapsed = time.perf_counter() - started
+        trainer.save_model(str(out))
+        tokenizer.save_pretrained(str(out))
+        losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
+        tokens = next((h["num_tokens"] for h in reversed(trainer.state.log_history) if "num_tokens" in h), None)
+        metrics = {"train_loss": result.training_loss, "final_loss": losses[-1][1] if losses else None,
+                   "steps": trainer.state.global_step, "seconds": round(elapsed, 1), "examples": len(train),
+                   "tokens_per_second": round(tokens / elapsed, 1) if tokens else None, "loss_curve": losses}
+        shutil.rmtree(out / "trainer", ignore_errors=True)
+    ckpt = checkpoints.register(store, model_id, "sft", final, parent=parent.model_id, dataset_id=dataset_id,
+                                metrics=metrics)
+    return TrainResult(ckpt, metrics)

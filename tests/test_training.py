@@ -1,0 +1,184 @@
+"""Training: the embedded model, datasets from episodes, SFT and RL through TRL (small sizes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy
+from campflow.bootcamps import registry
+from campflow.bootcamps.splits import eval_instances, train_instances
+from campflow.config import FilterConfig, load_config
+from campflow.errors import SplitLeakError
+from campflow.rollout.engine import EpisodeSpec, run_episodes
+from campflow.storage.store import Store
+from campflow.training import checkpoints
+from campflow.training.base import ensure_base
+from campflow.training.filtering import build_sft_dataset, export_verl
+
+TEXT = [e.name for e in registry.entries() if e.modality == "text" and e.origin == "builtin"]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A workspace with a small base model and oracle + noisy episodes on train and eval instances."""
+    ws = tmp_path_factory.mktemp("train")
+    cfg = load_config(None, {"workspace.path": str(ws), "training.tiny.corpus_per_level": 8,
+                             "training.levels": [1, 2]}, env={})
+    store = Store(cfg.workspace.db_path)
+    base = ensure_base(store, cfg)
+    train = [i for b in ("calculator", "maze") for i in train_instances(registry.make(b), 24, levels=[1, 2])]
+    evals = [i for b in ("calculator", "maze") for i in eval_instances(registry.make(b), 4)]
+    store.write_instances(train, split="train")
+    store.write_instances(evals, split="eval")
+    specs = [EpisodeSpec(registry.make(i.bootcamp), i) for i in train + evals]
+    for run_id, policy in (("teacher", OraclePolicy()), ("noisy", NoisyOraclePolicy(0.3, 0.3, 0.3, seed=2))):
+        store.start_run(run_id, "collect", {}, policy.model_id)
+        store.write_episodes(asyncio.run(run_episodes(specs, policy, run_id=run_id)))
+    return cfg, store, base
+
+
+@pytest.mark.parametrize("name", TEXT)
+def test_the_schema_trl_renders_from_an_environment_equals_the_tool_schema(name: str) -> None:
+    from transformers.utils import get_json_schema
+
+    from campflow.training.environments import environment_class
+
+    env = environment_class(name)()
+    bootcamp = registry.make(name)
+    for tool in bootcamp.tools(bootcamp.generate(None, 0)):
+        assert get_json_schema(getattr(env, tool.name)) == tool.schema()
+
+
+def test_the_tiny_model_builds_offline_in_range_and_deterministically(small, tmp_path) -> None:
+    from transformers import AutoConfig
+
+    from campflow.training.tinymodel import build_tiny_model
+
+    cfg, _, base = small
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    assert 1_000_000 <= base.metrics["parameters"] <= 10_000_000
+    again = build_tiny_model(tmp_path / "again", cfg.training.tiny, sorted(cfg.training.bootcamps))
+    assert again.fingerprint == base.metrics["fingerprint"]
+    assert AutoConfig.from_pretrained(base.path).model_type == "qwen3"
+
+
+def test_trl_parses_a_tool_call_the_tokenizer_renders(small) -> None:
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import add_response_schema
+
+    _, _, base = small
+    tok = add_response_schema(AutoTokenizer.from_pretrained(base.path))
+    call = {"type": "function", "function": {"name": "calculate", "arguments": {"expression": "12 + 305"}}}
+    prompt = [{"role": "user", "content": "add"}]
+    full = tok.apply_chat_template(prompt + [{"role": "assistant", "content": "", "tool_calls": [call]}], tokenize=False)
+    head = tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    completion = tok(full[len(head):])["input_ids"]
+    parsed = tok.parse_response(completion, prefix="")
+    assert parsed["tool_calls"][0]["function"] == call["function"]
+    digits = [tok.decode([i]) for i in tok("305")["input_ids"]]
+    assert digits == ["3", "0", "5"]
+
+
+def test_the_sft_dataset_loads_from_disk_and_renders_with_tools_exactly(small) -> None:
+    import datasets
+    from transformers import AutoTokenizer
+
+    cfg, store, base = small
+    build = build_sft_dataset(store, cfg.workspace.path, ["teacher"], cfg.training.filter)
+    ds = datasets.load_from_disk(str(build.path))
+    assert len(ds) == build.rows == 48 and set(build.per_bootcamp) == {"calculator", "maze"}
+    tok = AutoTokenizer.from_pretrained(base.path)
+    for row in ds:
+        text = tok.apply_chat_template(row["messages"], tools=json.loads(row["tools"]), tokenize=False)
+        assert "null" not in text, "arguments of one tool must not pick up keys of another"
+        assert "<tools>" in text and '"name": "submit"' in text
+    calc = next(r for r in ds if r["bootcamp"] == "calculator")
+    call = next(m for m in calc["messages"] if m.get("tool_calls"))["tool_calls"][0]["function"]
+    assert set(call["arguments"]) == {"expression"}
+    assert build_sft_dataset(store, cfg.workspace.path, ["teacher"], cfg.training.filter).reused
+
+
+def test_the_filter_keeps_eval_instances_failures_and_duplicates_out(small) -> None:
+    cfg, store, _ = small
+    build = build_sft_dataset(store, cfg.workspace.path, ["teacher", "noisy"], FilterConfig(balance=False))
+    assert build.dropped["eval_split"] == 16  # 8 eval instances, planted in both runs
+    assert build.dropped["duplicate"] > 0  # the noisy oracle often plays the oracle's exact moves
+    assert build.dropped.get("not_solved", 0) + build.dropped.get("invalid_calls", 0) > 0
+
+
+def test_an_eval_instance_recorded_as_train_is_still_caught_by_its_seed(small) -> None:
+    cfg, store, _ = small
+    leak = eval_instances(registry.make("calculator"), 6)[5]  # never recorded as eval in this store
+    store.write_instances([leak], split="train")  # a wrong record: an eval-range seed marked as train
+    store.start_run("leaky", "collect", {}, "oracle")
+    store.write_episodes(asyncio.run(run_episodes([EpisodeSpec(registry.make("calculator"), leak)],
+                                                  OraclePolicy(), run_id="leaky")))
+    build = build_sft_dataset(store, cfg.workspace.path, ["leaky", "teacher"], cfg.training.filter)
+    assert build.dropped["eval_split"] == 8 + 1  # the planted eval instances, and the mislabelled one
+    assert leak.id not in {r["instance_id"] for r in _rows(build.path)}
+
+
+def _rows(path: Path) -> list[dict]:
+    import datasets
+
+    return list(datasets.load_from_disk(str(path)))
+
+
+def test_the_split_check_refuses_a_dataset_with_an_eval_instance() -> None:
+    from campflow.bootcamps.splits import assert_not_eval
+
+    with pytest.raises(SplitLeakError, match="eval-split instance"):
+        assert_not_eval(["a", "b"], {"b"}, what="the SFT dataset")
+
+
+def test_verl_export_has_prompt_ground_truth_and_extra_info(small, tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    cfg, store, _ = small
+    build = export_verl(store, ["teacher"], cfg.training.filter, tmp_path / "rl.parquet")
+    table = pq.read_table(tmp_path / "rl.parquet").to_pylist()
+    assert len(table) == build.rows == 48
+    row = table[0]
+    identity = json.loads(row["reward_model"]["ground_truth"])
+    inst = registry.make(identity["bootcamp"]).generate(identity["params"], identity["seed"])
+    assert inst.id == identity["instance_id"] == row["extra_info"]["instance_id"]
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"]
+
+
+def test_local_policy_generates_in_batches_and_its_calls_go_through_the_engine_parser(small) -> None:
+    from campflow.agents.local import LocalPolicy
+
+    _, _, base = small
+    policy = LocalPolicy(base.path, batch_size=8, max_new_tokens=8)
+    calc = registry.make("calculator")
+    specs = [EpisodeSpec(calc, i) for i in eval_instances(calc, 8, levels=[1])]
+    episodes = asyncio.run(run_episodes(specs, policy, concurrency=8))
+    assert len(episodes) == 8 and policy.model_id == base.model_id
+    assert all(e.turns >= 1 and e.completion_tokens > 0 for e in episodes)
+    assert policy._batches < sum(e.turns for e in episodes), "turns of different episodes share batches"
+
+
+def test_sft_then_rl_record_the_lineage_base_sft_rl(small) -> None:
+    from campflow.training.rl import train_rl
+    from campflow.training.sft import train_sft
+
+    cfg, store, base = small
+    build = build_sft_dataset(store, cfg.workspace.path, ["teacher"], cfg.training.filter)
+    sft_cfg = cfg.training.sft.model_copy(update={"max_steps": 3, "batch_size": 4})
+    sft = train_sft(store, cfg.workspace.path, base.model_id, build.dataset_id, sft_cfg)
+    assert sft.metrics["loss_curve"][-1][1] < sft.metrics["loss_curve"][0][1]
+    rl_cfg = cfg.training.rl.model_copy(update={"max_steps": 1, "num_generations": 2, "prompts_per_step": 2,
+                                                "instances_per_bootcamp": 2, "max_completion_length": 48})
+    rl = train_rl(store, cfg.workspace.path, sft.checkpoint.model_id, ["calculator", "maze"], rl_cfg, [1])
+    rows = {r["kind"]: r for r in store.query("SELECT * FROM checkpoints")}
+    assert rows["sft"]["parent_model_id"] == base.model_id and rows["sft"]["dataset_id"] == build.dataset_id
+    assert rows["rl"]["parent_model_id"] == sft.checkpoint.model_id
+    assert Path(rows["rl"]["path"]).exists() and not Path(rows["rl"]["path"] + ".partial").exists()
+    again = train_sft(store, cfg.workspace.path, base.model_id, build.dataset_id, sft_cfg)
+    assert again.reused and again.checkpoint.model_id == sft.checkpoint.model_id
+    assert rl.metrics["steps"] == 1
