@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/campflow eval --config configs/default.yaml --policy noisy
+	$(VENV)/bin/campflow improve --config configs/default.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q -x

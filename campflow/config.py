@@ -209,6 +209,7 @@ class ImproveConfig(Section):
     min_improvement: float = Field(0.0, ge=0, le=1, description="promote only if the metric rises by more")
     rl: bool = Field(True, description="run RL after SFT (off: the SFT checkpoint is the candidate)")
     eval_variants: bool = Field(True, description="also evaluate the candidate on the accepted variants")
+    variant_eval_n: int = Field(64, ge=1, description="most variant instances that evaluation runs")
     reports_dir: Path = Field(Path("reports"), description="where cycle reports are written")
     cron: str = Field("0 3 * * *", description="schedule of `campflow serve` for improve (cron, server time)")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
+from pydantic import BaseModel
 
 from campflow.config import CampflowConfig, load_config
 from campflow.errors import ConfigError
@@ -12,9 +14,32 @@ from campflow.errors import ConfigError
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_the_shipped_default_config_validates_and_mirrors_the_models() -> None:
-    cfg = load_config(REPO / "configs" / "default.yaml", env={})
-    assert isinstance(cfg, CampflowConfig)
+def _missing_fields(model: type[BaseModel], data: dict, prefix: str = "") -> list[str]:
+    missing = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            missing += _missing_fields(annotation, data.get(name) or {}, key + ".") if name in data else [key]
+        elif name not in data:
+            missing.append(key)
+    return missing
+
+
+def test_the_shipped_default_config_validates_and_mirrors_every_setting() -> None:
+    path = REPO / "configs" / "default.yaml"
+    assert isinstance(load_config(path, env={}), CampflowConfig)
+    missing = _missing_fields(CampflowConfig, yaml.safe_load(path.read_text()))
+    optional = {"workspace.db", "policy.api_key_env", "policy.transport", "policy.send_reasoning",
+                "rollout.ray_address", "rollout.max_turns", "rollout.max_calls_per_turn", "rollout.max_reply_chars",
+                "rollout.max_observation_chars", "rollout.max_context_tokens", "training.filter.max_turns",
+                "training.filter.max_per_bootcamp", "synthesis.llm.api_key_env"}
+    assert set(missing) <= optional, sorted(set(missing) - optional)
+
+
+@pytest.mark.parametrize("name", ["scale.yaml", "endpoint.yaml"])
+def test_the_example_configs_validate(name: str) -> None:
+    assert isinstance(load_config(REPO / "configs" / name, env={}), CampflowConfig)
 
 
 @pytest.mark.parametrize(("yaml_text", "message"), [

@@ -22,9 +22,20 @@ from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.errors import ContextOverflowError, PolicyError
 
 
-@functools.lru_cache(maxsize=4)
+# transformers' from_pretrained swaps a class attribute (PreTrainedModel.tie_weights) for the duration
+# of a load, so two loads on two threads can leave weight tying switched off for the whole process
+# (and later models with an untied, empty lm_head). Every load in campflow holds this lock.
+MODEL_LOADING = threading.RLock()
+
+
 def load_model(path: str) -> tuple[Any, Any, threading.Lock]:
-    """Model, tokenizer and a generation lock for ``path``, loaded once per process."""
+    """Model, tokenizer and a generation lock for ``path``, loaded once per process (thread-safe)."""
+    with MODEL_LOADING:
+        return _load_model(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_model(path: str) -> tuple[Any, Any, threading.Lock]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging

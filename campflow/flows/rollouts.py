@@ -18,11 +18,11 @@ def chunks(items: list[ShardItem], size: int) -> list[list[ShardItem]]:
 
 
 def record_rollouts(store: Store, items: list[ShardItem], policy: PolicyConfig, rollout: RolloutConfig,
-                    run_id: str, label: str = "episodes") -> int:
+                    run_id: str) -> int:
     """Run ``items`` as rollout tasks on the flow's task runner, writing each shard's episodes as it
     finishes (so a crash loses at most the shards in flight); returns how many were written."""
     reporter = progress.current()
-    reporter.start(label, label, len(items))
+    reporter.start("episodes", "episodes", len(items))
     imports = registered_imports()  # rollout workers in other processes must register them too
     futures = [rollout_shard.submit(shard, policy, rollout, run_id, imports)
                for shard in chunks(items, rollout.shard_size)]
@@ -31,6 +31,6 @@ def record_rollouts(store: Store, items: list[ShardItem], policy: PolicyConfig, 
         episodes = future.result()
         written += store.write_episodes(episodes)
         if not in_process(rollout):
-            reporter.advance(label, len(episodes))
-    reporter.finish(label)
+            reporter.advance("episodes", len(episodes))
+    reporter.finish("episodes")
     return written

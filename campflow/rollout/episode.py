@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from campflow.serialization import to_json
+
 
 class Termination(StrEnum):
     """Why an episode ended. Model failures are kept apart from infrastructure failures."""
@@ -66,10 +68,24 @@ class Episode:
     error: str | None = None
     level: int = 0
     id: str = ""
+    _transcript_json: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.id:
             self.id = episode_id(self.run_id, self.instance_id, self.sample)
+
+    def transcript_json(self) -> str:
+        """The transcript as JSON text (serialized once, then kept)."""
+        if self._transcript_json is None:
+            self._transcript_json = to_json(self.transcript)
+        return self._transcript_json
+
+    def freeze(self) -> Episode:
+        """Serialize the transcript now. Rollout workers call this before handing episodes back, so
+        the one process that writes the store does not serialize every transcript itself (and
+        episodes travel from Ray or Dask workers as one string each instead of nested objects)."""
+        self.transcript_json()
+        return self
 
     @property
     def tokens(self) -> int:

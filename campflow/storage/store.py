@@ -8,7 +8,6 @@ or a training step, and both sides retry briefly when they meet the other's lock
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -16,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import orjson
 import pyarrow as pa
 
 from campflow.bootcamps.base import Instance
 from campflow.errors import QueryError, StoreBusyError, StoreError
 from campflow.rollout.episode import RETRYABLE, Episode
+from campflow.serialization import to_json
 from campflow.storage.schema import migrate
 
 DEFAULT_PATH = Path("campflow-data") / "campflow.duckdb"
@@ -54,18 +53,6 @@ def connect(path: Path, *, read_only: bool, wait_s: float) -> duckdb.DuckDBPyCon
 def now() -> dt.datetime:
     """The current UTC time without tzinfo, the form the store's TIMESTAMP columns hold."""
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
-
-
-def to_json(value: Any) -> str:
-    """JSON text for a JSON column (non-JSON values become strings rather than failing the batch).
-
-    orjson, because serializing transcripts is most of the cost of writing episodes (json: ~4x slower,
-    measured in benchmarks/bench_store.py).
-    """
-    try:
-        return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
-    except (TypeError, orjson.JSONEncodeError):  # e.g. lone surrogates orjson refuses; json replaces them
-        return json.dumps(value, ensure_ascii=False, default=str)
 
 
 class Store:
@@ -230,7 +217,7 @@ def episodes_to_arrow(episodes: Sequence[Episode]) -> pa.Table:
         "completion_tokens": [e.completion_tokens for e in episodes],
         "latency_s": [e.latency_s for e in episodes],
         "wall_s": [e.wall_s for e in episodes],
-        "transcript": [to_json(e.transcript) for e in episodes],
+        "transcript": [e.transcript_json() for e in episodes],
         "details": [to_json(e.details) for e in episodes],
         "error": [e.error for e in episodes],
         "created_at": [ts] * n,

@@ -24,7 +24,8 @@ import pyarrow as pa
 
 from campflow.bootcamps import registry
 from campflow.errors import UnknownBootcampError
-from campflow.storage.store import Store, now, to_json
+from campflow.serialization import to_json
+from campflow.storage.store import Store, now
 from campflow.synthesis.knobs import Knob, knobs_of
 from campflow.synthesis.mining import Failure
 from campflow.synthesis.traits import Population, knob_traits

@@ -28,7 +28,8 @@ from campflow.bootcamps.base import Tool
 from campflow.errors import RunNotFoundError
 from campflow.rollout.episode import MODEL_FAILURES, Termination
 from campflow.rollout.parsing import TOOL_CALL_OPEN, parse_turn
-from campflow.storage.store import Store, to_json
+from campflow.serialization import to_json
+from campflow.storage.store import Store
 
 FAILURE_TERMINATIONS = tuple(sorted(t.value for t in MODEL_FAILURES))
 _MAX_ERROR_CHARS = 300

@@ -32,7 +32,8 @@ from campflow.config import SynthesisConfig
 from campflow.errors import CampflowError
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, rollout
 from campflow.rollout.episode import RETRYABLE
-from campflow.storage.store import Store, now, to_json
+from campflow.serialization import to_json
+from campflow.storage.store import Store, now
 from campflow.synthesis.proposals import Proposal
 
 

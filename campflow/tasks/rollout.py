@@ -59,5 +59,10 @@ def rollout_shard(items: list[ShardItem], policy: PolicyConfig, rollout_cfg: Rol
     """
     ensure_registered(imports)
     reporter = progress.current()
+
+    def finished(episode: Episode) -> None:
+        episode.freeze()  # serialize here, in the worker, not in the one process that writes the store
+        reporter.advance("episodes")
+
     return rollout(specs_for(items), build_policy(policy), RolloutSettings.from_config(rollout_cfg), run_id=run_id,
-                   concurrency=rollout_cfg.concurrency, on_episode=lambda _: reporter.advance("episodes"))
+                   concurrency=rollout_cfg.concurrency, on_episode=finished)

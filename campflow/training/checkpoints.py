@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from campflow.errors import CampflowError
-from campflow.storage.store import Store, now, to_json
+from campflow.serialization import to_json
+from campflow.storage.store import Store, now
 
 
 class UnknownCheckpointError(CampflowError):

@@ -31,7 +31,8 @@ from campflow.bootcamps.adapters.records import register_recorded
 from campflow.bootcamps.splits import assert_not_eval, is_eval_seed
 from campflow.config import FilterConfig
 from campflow.errors import CampflowError
-from campflow.storage.store import Store, now, to_json
+from campflow.serialization import to_json
+from campflow.storage.store import Store, now
 
 
 class EmptyDatasetError(CampflowError):

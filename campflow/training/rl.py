@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from campflow.agents.local import MODEL_LOADING
 from campflow.bootcamps import registry
 from campflow.bootcamps.adapters.records import register_recorded
 from campflow.bootcamps.base import Instance
@@ -72,8 +73,9 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
     assert_not_eval((i.id for i in instances), store.eval_ids(), what="the RL training set")
     store.write_instances(instances, split="train")
     train = datasets.Dataset.from_list(rl_rows(instances))
-    tokenizer = AutoTokenizer.from_pretrained(parent.path, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(parent.path)
+    with MODEL_LOADING:
+        tokenizer = AutoTokenizer.from_pretrained(parent.path, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(parent.path)
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final) as out:
         args = GRPOConfig(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from campflow import progress
+from campflow.agents.local import MODEL_LOADING
 from campflow.config import SFTConfig
 from campflow.errors import CampflowError
 from campflow.storage.store import Store
@@ -73,8 +74,9 @@ def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SF
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
 
-    tokenizer = AutoTokenizer.from_pretrained(parent.path)
-    model = AutoModelForCausalLM.from_pretrained(parent.path)
+    with MODEL_LOADING:
+        tokenizer = AutoTokenizer.from_pretrained(parent.path)
+        model = AutoModelForCausalLM.from_pretrained(parent.path)
     train = datasets.load_from_disk(rows[0]["path"])
     max_length = max_length or model.config.max_position_embeddings
     final = checkpoints.models_dir(workspace) / model_id

@@ -1,0 +1,125 @@
+"""``campflow improve``, ``watch``, ``serve``, ``report`` and ``cycles``: the loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from campflow.cli import app
+from campflow.cli.common import ConfigOption, DbOption, config_with, console, register_workspace_imports, table
+from campflow.cli.evaluate import quiet_prefect
+
+
+def _quiet() -> None:
+    quiet_prefect()
+    from campflow.cli.training import quiet_training
+
+    quiet_training()
+
+
+def print_cycle(summary) -> None:  # noqa: ANN001
+    """The before/after table of a cycle and where its report is."""
+    names = sorted(set(summary.pass_before) | set(summary.pass_after))
+    rows = [(b, summary.pass_before.get(b, 0.0), summary.pass_after.get(b, 0.0),
+             summary.pass_after.get(b, 0.0) - summary.pass_before.get(b, 0.0)) for b in names]
+    rows.append((f"[bold]{summary.metric}[/]", summary.before, summary.after, summary.after - summary.before))
+    console.print(table(["bootcamp", f"before ({summary.model_id})", f"after ({summary.candidate_id})", "change"],
+                        rows, title=f"cycle {summary.cycle_id} on the eval split"))
+    verdict = "[green]promoted[/]" if summary.promoted else "[yellow]not promoted[/] (the current model stays)"
+    console.print(f"candidate {summary.candidate_id}: {verdict}")
+    console.print(f"report: {summary.report}")
+
+
+@app.command()
+def improve(
+    resume: bool = typer.Option(False, "--resume", help="continue the latest unfinished cycle (or --cycle-id)"),
+    cycle_id: str | None = typer.Option(None, "--cycle-id", help="name a new cycle, or the one to resume"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """One improvement cycle: evaluate, mine, synthesize, collect, SFT, RL, re-evaluate, promote."""
+    cfg = config_with(config, db)
+    register_workspace_imports(cfg.workspace.db_path)
+    from campflow.bootcamps import registry
+
+    cfg.eval.bootcamps = registry.parse_names(cfg.eval.bootcamps)
+    _quiet()
+    from campflow import progress
+    from campflow.cli.display import RichReporter
+    from campflow.flows.improve import improve as run_improve
+
+    with RichReporter(console) as reporter, progress.use(reporter):
+        reporter.note("starting Prefect (the first flow on a fresh ephemeral API takes ~10 s)")
+        summary = run_improve(cfg, cycle_id, resume)
+    print_cycle(summary)
+
+
+@app.command()
+def watch(config: Path | None = ConfigOption, db: Path | None = DbOption) -> None:
+    """Count new model failures since the last training; start a cycle past ``watch.threshold``."""
+    cfg = config_with(config, db)
+    _quiet()
+    from campflow import progress
+    from campflow.cli.display import RichReporter
+    from campflow.flows.watch import watch_flow
+
+    with RichReporter(console) as reporter, progress.use(reporter):
+        decision = watch_flow(cfg)
+    console.print(f"{decision.new_failures} new model failure(s) since the last training; threshold "
+                  f"{decision.threshold}: {'started a cycle' if decision.started else 'no cycle started'}")
+    if decision.started:
+        print_cycle(decision.started)
+
+
+@app.command()
+def serve(config: Path | None = ConfigOption, db: Path | None = DbOption) -> None:
+    """Serve ``improve`` on its cron and ``watch`` on its interval (needs `prefect server start`)."""
+    import os
+
+    cfg = config_with(config, db)
+    if not os.environ.get("PREFECT_API_URL"):
+        from campflow.errors import ConfigError
+
+        raise ConfigError("schedules need a Prefect server: run `prefect server start`, then "
+                          "`export PREFECT_API_URL=http://127.0.0.1:4200/api` and `campflow serve` again")
+    from campflow.flows.serve import serve as run_serve
+
+    console.print(f"serving improve (cron {cfg.improve.cron!r}) and watch (every {cfg.watch.interval_seconds}s); "
+                  "Ctrl-C stops")
+    run_serve(cfg, config)
+
+
+@app.command()
+def report(
+    cycle: str | None = typer.Option(None, "--cycle", help="cycle id (default: the latest)"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """Write reports/<cycle>/index.html with plots, and print the cycle's summary."""
+    cfg = config_with(config, db)
+    from campflow.report.facts import cycle_facts
+    from campflow.report.page import write_report
+    from campflow.storage.store import Store
+
+    facts = cycle_facts(Store(cfg.workspace.db_path), cycle)
+    page = write_report(facts, cfg.improve.reports_dir / facts.cycle_id)
+    names = sorted(set(facts.pass_before) | set(facts.pass_after))
+    console.print(table(["bootcamp", "before", "after"],
+                        [(b, facts.pass_before.get(b, 0.0), facts.pass_after.get(b, 0.0)) for b in names],
+                        title=f"cycle {facts.cycle_id} ({facts.status})"))
+    console.print(f"{facts.metric}: {facts.before_value} -> {facts.after_value}; promoted: {facts.promoted}")
+    console.print(f"report: {page}")
+
+
+@app.command()
+def cycles(config: Path | None = ConfigOption, db: Path | None = DbOption) -> None:
+    """List improvement cycles with their figures and decisions."""
+    cfg = config_with(config, db)
+    from campflow.storage.query import run_sql
+
+    result = run_sql(cfg.workspace.db_path,
+                     "SELECT cycle_id, status, step, base_model_id, candidate_model_id, metric, "
+                     "round(before_value, 4) AS before, round(after_value, 4) AS after, promoted, "
+                     "strftime(started_at, '%Y-%m-%d %H:%M') AS started FROM cycles ORDER BY started_at DESC")
+    console.print(table(result.columns, result.rows, title="cycles"))

@@ -1,0 +1,81 @@
+"""What a cycle report shows, read from the store."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from campflow.errors import CampflowError
+from campflow.storage.store import Store
+
+
+@dataclass
+class CycleFacts:
+    """Everything the report of one improvement cycle plots and tabulates."""
+
+    cycle_id: str
+    status: str
+    step: str | None
+    metric: str | None
+    before_value: float | None
+    after_value: float | None
+    promoted: bool | None
+    base_model_id: str | None
+    candidate_model_id: str | None
+    state: dict[str, Any]
+    pass_before: dict[str, float] = field(default_factory=dict)
+    pass_after: dict[str, float] = field(default_factory=dict)
+    pass_variants: dict[str, float] = field(default_factory=dict)
+    failure_categories: list[tuple[str, str, int]] = field(default_factory=list)  # bootcamp, category, count
+    clusters: list[tuple[str, str, int]] = field(default_factory=list)  # bootcamp, label, size
+    variants: list[tuple[str, str, int]] = field(default_factory=list)  # status, reason, count
+    sft_loss: list[tuple[int, float]] = field(default_factory=list)
+    rl_reward: list[tuple[int, float]] = field(default_factory=list)
+    history: list[tuple[str, float | None, float | None, bool | None]] = field(default_factory=list)
+
+
+def cycle_facts(store: Store, cycle_id: str | None = None) -> CycleFacts:
+    """The facts of ``cycle_id`` (default: the latest cycle)."""
+    if cycle_id is None:
+        cycle_id = store.scalar("SELECT cycle_id FROM cycles ORDER BY started_at DESC LIMIT 1")
+        if cycle_id is None:
+            raise CampflowError("no improvement cycle has run yet; start one with `campflow improve`")
+    rows = store.query("SELECT * FROM cycles WHERE cycle_id = ?", [cycle_id])
+    if not rows:
+        raise CampflowError(f"no cycle {cycle_id!r}; `campflow sql \"SELECT cycle_id FROM cycles\"` lists them")
+    c = rows[0]
+    state = json.loads(c["state"] or "{}")
+    facts = CycleFacts(cycle_id, c["status"], c["step"], c["metric"], c["before_value"], c["after_value"],
+                       c["promoted"], c["base_model_id"], c["candidate_model_id"], state)
+    facts.pass_before = _pass_rates(store, state.get("eval_before"))
+    facts.pass_after = _pass_rates(store, state.get("eval_after"))
+    facts.pass_variants = _pass_rates(store, state.get("eval_variants"))
+    if state.get("eval_before"):
+        facts.failure_categories = [(r["bootcamp"], r["category"], int(r["n"])) for r in store.query(
+            "SELECT bootcamp, category, count(*) AS n FROM failures WHERE run_id = ? "
+            "GROUP BY bootcamp, category ORDER BY n DESC", [state["eval_before"]])]
+        facts.clusters = [(r["bootcamp"], r["label"], int(r["size"])) for r in store.query(
+            "SELECT bootcamp, label, size FROM clusters WHERE run_id = ? ORDER BY size DESC", [state["eval_before"]])]
+    if state.get("variant_ids"):
+        facts.variants = [(r["status"], r["reason"] or "", int(r["n"])) for r in store.query(
+            "SELECT status, coalesce(reject_reason, '') AS reason, count(*) AS n FROM variants "
+            "WHERE variant_id IN (SELECT unnest(?)) GROUP BY status, reason ORDER BY n DESC",
+            [state["variant_ids"]])]
+    for key, target in (("sft_model", "sft_loss"), ("rl_model", "rl_reward")):
+        if state.get(key):
+            metrics = json.loads(store.scalar("SELECT metrics FROM checkpoints WHERE model_id = ?",
+                                              [state[key]]) or "{}")
+            curve = metrics.get("loss_curve" if target == "sft_loss" else "reward_curve") or []
+            setattr(facts, target, [(int(s), float(v)) for s, v in curve])
+    facts.history = [(r["cycle_id"], r["before_value"], r["after_value"], r["promoted"]) for r in store.query(
+        "SELECT cycle_id, before_value, after_value, promoted FROM cycles WHERE status = 'completed' "
+        "ORDER BY started_at")]
+    return facts
+
+
+def _pass_rates(store: Store, run_id: str | None) -> dict[str, float]:
+    if not run_id:
+        return {}
+    return {r["bootcamp"]: float(r["pass_rate"] or 0.0) for r in store.query(
+        "SELECT bootcamp, pass_rate FROM pass_rates WHERE run_id = ? ORDER BY bootcamp", [run_id])}

@@ -1,0 +1,160 @@
+"""The improvement loop: one cycle end to end, resuming after SIGKILL, and watch's trigger."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from campflow.config import load_config
+from campflow.storage.query import run_sql
+from tests.conftest import run_cli
+from tests.loop_config import write_tiny_config
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def _sql(db: Path, query: str) -> list[tuple]:
+    return run_sql(db, query, wait_s=30).rows
+
+
+def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
+    from campflow.flows.improve import improve
+
+    cfg = load_config(write_tiny_config(tmp_path / "ws"), env={})
+    summary = improve(cfg, cycle_id="c1")
+    db = cfg.workspace.db_path
+    status, before, after, promoted, candidate = _sql(
+        db, "SELECT status, before_value, after_value, promoted, candidate_model_id FROM cycles")[0]
+    assert status == "completed" and candidate == summary.candidate_id
+    assert (before, after, promoted) == (summary.before, summary.after, summary.after > summary.before)
+    kinds = dict(_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind"))
+    assert kinds == {"base": 1, "sft": 1, "rl": 1}
+    lineage = _sql(db, f"SELECT kind FROM checkpoint_lineage WHERE model_id = '{candidate}' ORDER BY depth")
+    assert [k for (k,) in lineage] == ["rl", "sft", "base"]
+    runs = dict(_sql(db, "SELECT run_id, kind FROM runs"))
+    assert runs["c1-before"] == runs["c1-after"] == "evaluate" and runs["c1-collect"] == "collect"
+    assert set(summary.pass_before) == set(summary.pass_after) == {"calculator", "maze"}
+    page = summary.report
+    assert page.name == "index.html" and page.exists()
+    pngs = sorted(p.name for p in page.parent.glob("*.png"))
+    assert {"pass_rates.png", "training.png"} <= set(pngs)
+    for png in pngs:
+        assert (page.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png in page.read_text()
+    state = json.loads(_sql(db, "SELECT state FROM cycles")[0][0])
+    assert state["done"] == ["evaluate", "mine", "synthesize", "collect", "dataset", "sft", "rl", "re-evaluate",
+                             "variants", "report", "promote"]
+
+
+def _start(config: Path, *args: str) -> subprocess.Popen:
+    exe = Path(sys.executable).parent / "campflow"
+    return subprocess.Popen([str(exe), "improve", "--config", str(config), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
+
+
+def _wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the cycle ended before {what}:\n{proc.stdout.read()[-3000:]}")
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_cycle_killed_during_evaluation_and_during_sft_resumes_without_duplicates(tmp_path) -> None:
+    ws = tmp_path / "ws"
+    config = write_tiny_config(ws, eval__n=12, rollout__shard_size=2, rollout__concurrency=2,
+                               training__sft__max_steps=40)
+    db = ws / "campflow.duckdb"
+
+    def evaluating() -> bool:
+        if not db.exists():
+            return False
+        rows = _sql(db, "SELECT count(*) FROM episodes WHERE run_id = 'k1-before'")
+        return rows[0][0] > 0
+
+    proc = _start(config, "--cycle-id", "k1")
+    _wait_until(proc, evaluating, "the evaluation started writing episodes")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = _sql(db, "SELECT count(*) FROM episodes WHERE run_id = 'k1-before'")[0][0]
+    assert 0 < written < 24, "killed during the evaluation, not before or after it"
+
+    def training() -> bool:
+        return any(p.name.endswith(".partial") and p.name.startswith("sft-") for p in (ws / "models").glob("*"))
+
+    proc = _start(config, "--resume")
+    _wait_until(proc, lambda: (ws / "models").exists() and training(), "SFT started")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _sql(db, "SELECT step FROM cycles")[0][0] == "dataset"
+
+    proc = _start(config, "--resume")
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-3000:]
+    assert "k1" in out and "report:" in out
+
+    assert _sql(db, "SELECT status FROM cycles") == [("completed",)]
+    per_run = dict(_sql(db, "SELECT run_id, count(*) FROM episodes GROUP BY run_id"))
+    assert per_run["k1-before"] == per_run["k1-after"] == 24
+    assert _sql(db, "SELECT count(*) - count(DISTINCT episode_id) FROM episodes") == [(0,)]
+    assert _sql(db, "SELECT count(*) - count(DISTINCT variant_id) FROM variants") == [(0,)]
+    assert _sql(db, "SELECT kind, count(*) FROM datasets GROUP BY kind") == [("sft", 1)]
+    assert dict(_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind")) == {"base": 1, "sft": 1, "rl": 1}
+    assert not list((ws / "models").glob("*.partial"))
+    tables = [t for (t,) in _sql(db, "SELECT table_name FROM information_schema.tables")]
+    for table in tables:
+        _sql(db, f"SELECT count(*) FROM {table}")
+
+
+def test_watch_starts_no_cycle_below_the_threshold_and_exactly_one_above(tmp_path) -> None:
+    from campflow.flows.evaluate import evaluate
+    from campflow.flows.watch import watch_flow
+
+    cfg = load_config(write_tiny_config(tmp_path / "ws"), env={})
+    db = cfg.workspace.db_path
+    noisy = cfg.model_copy(deep=True)
+    noisy.policy.kind = "noisy"
+    noisy.policy.noise.p_wrong_answer = 0.5
+    evaluate(noisy, run_id="probe")
+    failures = _sql(db, "SELECT coalesce(sum(failures), 0) FROM new_failures")[0][0]
+    assert failures > 0
+
+    cfg.watch.threshold = failures + 1
+    decision = watch_flow(cfg)
+    assert decision.started is None and decision.new_failures == failures
+    assert _sql(db, "SELECT count(*) FROM cycles") == [(0,)]
+
+    cfg.watch.threshold = failures
+    decision = watch_flow(cfg)
+    assert decision.started is not None
+    assert _sql(db, "SELECT count(*) FROM cycles") == [(1,)]
+
+    decision = watch_flow(cfg)  # the cycle's training reset the count
+    assert decision.started is None and decision.new_failures == 0
+    assert _sql(db, "SELECT count(*) FROM cycles") == [(1,)]
+    assert [r[1] is not None for r in _sql(db, "SELECT decided_at, started_cycle_id FROM watch_decisions "
+                                               "ORDER BY decided_at")] == [False, True, False]
+
+
+def test_report_command_writes_the_page_of_the_latest_cycle(tmp_path) -> None:
+    from campflow.flows.improve import improve
+
+    config = write_tiny_config(tmp_path / "ws", improve__rl=False)
+    improve(load_config(config, env={}), cycle_id="r1")
+    out = run_cli("report", "--config", str(config))
+    assert out.returncode == 0, out.stderr
+    assert "cycle r1" in out.stdout and "index.html" in out.stdout
+    cycles_out = run_cli("cycles", "--config", str(config))
+    assert "r1" in cycles_out.stdout and "completed" in cycles_out.stdout
