@@ -14,7 +14,7 @@ import pytest
 from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps import registry
 from campflow.bootcamps.adapters import ImportSpec, default_name, ensure_registered, parse_options
-from campflow.bootcamps.adapters.records import forget, import_bootcamp, recorded, register_recorded
+from campflow.storage.imports import forget, import_bootcamp, recorded, register_recorded
 from campflow.bootcamps.splits import train_instances
 from campflow.errors import ImportSourceError
 from campflow.rollout.engine import EpisodeSpec, run_episodes

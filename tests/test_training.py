@@ -16,7 +16,6 @@ from campflow.config import FilterConfig, load_config
 from campflow.errors import SplitLeakError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.storage.store import Store
-from campflow.training import checkpoints
 from campflow.training.base import ensure_base
 from campflow.training.filtering import build_sft_dataset, export_verl
 

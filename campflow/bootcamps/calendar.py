@@ -7,44 +7,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
+    Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
 from campflow.bootcamps.schedule import (
-    DAYS, NAMES, Event, apply_step, check, conflicts, describe, fmt, free_starts, generate_world, next_step,
+    CalendarParams,
+    Event, apply_step, check, conflicts, describe, fmt, free_starts, generate_world, next_step,
     outside_hours,
 )
 from campflow.errors import ToolError
 
 MAX_TITLE_CHARS = 80
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})$")
-
-
-class CalendarParams(Params):
-    """Knobs of a scheduling task."""
-
-    people: int = Field(3, ge=2, le=len(NAMES), description="people on the calendar")
-    days: int = Field(1, ge=1, le=len(DAYS), description="work days on the calendar, from Monday")
-    busy: int = Field(2, ge=0, le=6, description="existing events: busy x people / 2 placements tried per day")
-    creates: int = Field(1, ge=0, le=3, description="meetings to schedule in a free slot")
-    moves: int = Field(0, ge=0, le=2, description="events to move to another day")
-    cancels: int = Field(0, ge=0, le=2, description="events to cancel")
-    attendees: int = Field(2, ge=2, le=len(NAMES), description="people in each meeting to schedule")
-    windows: bool = Field(False, description="meetings to schedule may be limited to the morning or afternoon")
-    blocker: bool = Field(False, description="one meeting has a fixed time that only fits after moving a focus block")
-    varied_hours: bool = Field(False, description="people keep different working hours (else all 09:00-17:00)")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> CalendarParams:
-        if self.attendees > self.people:
-            raise ValueError(f"attendees ({self.attendees}) must not exceed people ({self.people})")
-        if self.moves and self.days < 2:
-            raise ValueError("moves need days >= 2: an event moves to another day")
-        if self.creates + self.moves + self.cancels + int(self.blocker) == 0:
-            raise ValueError("creates + moves + cancels + blocker must be at least 1; a task needs a request")
-        return self
 
 
 class ListArgs(ToolArgs):

@@ -6,10 +6,11 @@ import functools
 import math
 import random
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from campflow.bootcamps.shop import ShopParams
+from pydantic import Field, model_validator
+
+from campflow.bootcamps.base import Params
 
 # category -> (attributes a product may have, option dimensions -> values)
 CATEGORIES: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = {
@@ -34,6 +35,23 @@ CATEGORIES: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = {
 }
 BRANDS = ("Acme", "Northwind", "Zephyr", "Lumo", "Kestrel", "Orbit", "Tandem", "Vireo", "Halcyon", "Brio")
 _TOKEN = re.compile(r"[a-z0-9]+")
+
+
+class ShopParams(Params):
+    """Knobs of a shopping task."""
+
+    products: int = Field(10, ge=5, le=200, description="products in the catalog")
+    near_misses: int = Field(1, ge=1, le=10, description="products of the wanted kind that miss one requirement")
+    attributes: int = Field(1, ge=1, le=3, description="features the wanted product must have")
+    options: int = Field(1, ge=0, le=2, description="options (size, color, ...) the shopper names")
+    price_limit: bool = Field(False, description="the shopper names a price the product must stay under")
+
+    @model_validator(mode="after")
+    def _room_for_near_misses(self) -> ShopParams:
+        if self.products < self.near_misses + 2:
+            raise ValueError(f"products ({self.products}) must be at least near_misses + 2 "
+                             f"({self.near_misses + 2}): the target, the near misses and another kind")
+        return self
 
 
 @functools.lru_cache(maxsize=8192)  # titles repeat across catalogs: brand x features x kind

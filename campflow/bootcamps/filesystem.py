@@ -6,38 +6,17 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
+    Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
 from campflow.bootcamps.filetree import (
-    DELETE_EXTS, MAX_CONTENT_CHARS, MOVE_GROUPS, RENAMES, ROOT, Tree, basename, generate_task, parent, resolve,
+    FilesystemParams,
+    MAX_CONTENT_CHARS, ROOT, Tree, basename, generate_task, parent, resolve,
     shown,
 )
 from campflow.errors import ToolError
-
-
-class FilesystemParams(Params):
-    """Knobs of a file-tidying task."""
-
-    moves: int = Field(1, ge=0, le=len(MOVE_GROUPS), description="rules that move files of some types into a folder")
-    deletes: int = Field(0, ge=0, le=len(DELETE_EXTS), description="rules that delete files of a type")
-    # one rename pair (jpeg -> jpg) clashes with the photos rule, so one fewer than there are is safe
-    renames: int = Field(0, ge=0, le=len(RENAMES) - 1, description="rules that change one extension into another")
-    files_per_rule: int = Field(3, ge=1, le=6, description="files each rule applies to")
-    summary: bool = Field(False, description="also write report.txt listing what was done")
-    nested: bool = Field(False, description="rule files also hide in subfolders of inbox/")
-    bystanders: int = Field(2, ge=0, le=12, description="files no rule touches, which must stay as they are")
-    protected: int = Field(1, ge=1, le=8, description="files in system/ that must never change")
-    traps: bool = Field(False, description="protected files share extensions with the rules")
-    prefilled: bool = Field(False, description="destination folders already exist and hold a file")
-
-    @model_validator(mode="after")
-    def _some_rule(self) -> FilesystemParams:
-        if self.moves + self.deletes + self.renames == 0:
-            raise ValueError("moves + deletes + renames must be at least 1; a task needs a rule")
-        return self
 
 
 class PathArgs(ToolArgs):

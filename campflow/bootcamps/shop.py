@@ -6,33 +6,16 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
+    Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
-from campflow.bootcamps.catalog import generate_catalog, requirements_met, tokens
+from campflow.bootcamps.catalog import ShopParams, generate_catalog, requirements_met, tokens
 from campflow.errors import ToolError
 
 MAX_QUERY_CHARS = 200
 PAGE_SIZE = 5
-
-
-class ShopParams(Params):
-    """Knobs of a shopping task."""
-
-    products: int = Field(10, ge=5, le=200, description="products in the catalog")
-    near_misses: int = Field(1, ge=1, le=10, description="products of the wanted kind that miss one requirement")
-    attributes: int = Field(1, ge=1, le=3, description="features the wanted product must have")
-    options: int = Field(1, ge=0, le=2, description="options (size, color, ...) the shopper names")
-    price_limit: bool = Field(False, description="the shopper names a price the product must stay under")
-
-    @model_validator(mode="after")
-    def _room_for_near_misses(self) -> ShopParams:
-        if self.products < self.near_misses + 2:
-            raise ValueError(f"products ({self.products}) must be at least near_misses + 2 "
-                             f"({self.near_misses + 2}): the target, the near misses and another kind")
-        return self
 
 
 class SearchArgs(ToolArgs):

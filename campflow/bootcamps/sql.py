@@ -13,9 +13,9 @@ from typing import Any
 from pydantic import Field
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
+    Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
-from campflow.bootcamps.sqlworld import SCHEMAS, entity_names, generate_question
+from campflow.bootcamps.sqlworld import SCHEMAS, SqlParams, entity_names, generate_question
 from campflow.errors import ToolError
 
 MAX_SQL_CHARS = 4_000
@@ -126,17 +126,6 @@ class Sandbox:
         finally:
             self.conn.set_authorizer(self._authorize)
             self.conn.set_progress_handler(self._progress, STEP_BATCH)
-
-
-class SqlParams(Params):
-    """Knobs of a SQL question."""
-
-    customers: int = Field(10, ge=5, le=80, description="rows in the customers table")
-    products: int = Field(8, ge=5, le=60, description="rows in the products table")
-    orders: int = Field(15, ge=5, le=200, description="rows in the orders table (1-3 order items each)")
-    joins: int = Field(0, ge=0, le=3, description="JOIN clauses the gold query needs")
-    aggregate: bool = Field(False, description="the question needs grouping or aggregation (AVG, SUM, top-1)")
-    distractor_tables: int = Field(0, ge=0, le=2, description="extra tables the question never needs")
 
 
 class QueryArgs(ToolArgs):

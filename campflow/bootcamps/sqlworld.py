@@ -10,12 +10,12 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pydantic import Field
+
+from campflow.bootcamps.base import Params
 from campflow.errors import InvalidParamsError
-
-if TYPE_CHECKING:
-    from campflow.bootcamps.sql import SqlParams
 
 FIRST = ("Ada", "Ben", "Chen", "Dara", "Eli", "Fay", "Gus", "Hana", "Ivo", "June", "Kai", "Lena", "Milo", "Nia",
          "Omar", "Pia", "Quinn", "Rosa", "Sami", "Tess", "Uma", "Vik", "Wren", "Yara", "Zane")
@@ -45,6 +45,17 @@ SCHEMAS: dict[str, list[tuple[str, str]]] = {
 }
 SPEND = "SUM(oi.quantity * p.price)"
 MAX_DRAWS = 50
+
+
+class SqlParams(Params):
+    """Knobs of a SQL question."""
+
+    customers: int = Field(10, ge=5, le=80, description="rows in the customers table")
+    products: int = Field(8, ge=5, le=60, description="rows in the products table")
+    orders: int = Field(15, ge=5, le=200, description="rows in the orders table (1-3 order items each)")
+    joins: int = Field(0, ge=0, le=3, description="JOIN clauses the gold query needs")
+    aggregate: bool = Field(False, description="the question needs grouping or aggregation (AVG, SUM, top-1)")
+    distractor_tables: int = Field(0, ge=0, le=2, description="extra tables the question never needs")
 
 
 def generate_database(p: SqlParams, rng: random.Random) -> dict[str, list[list[Any]]]:

@@ -30,7 +30,7 @@ def register_workspace_imports(db_path: Path) -> None:
     """Register the imports recorded in the store at ``db_path`` (nothing if there is no store yet)."""
     if not db_path.exists():
         return
-    from campflow.bootcamps.adapters.records import register_recorded
+    from campflow.storage.imports import register_recorded
     from campflow.storage.store import Store
 
     register_recorded(Store(db_path))

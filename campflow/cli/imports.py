@@ -1,6 +1,6 @@
 """``campflow import reasoning-gym | gymnasium | function-calling | class`` and ``campflow imports``.
 
-Each import command is a thin call of :func:`campflow.bootcamps.adapters.records.import_bootcamp`:
+Each import command is a thin call of :func:`campflow.storage.imports.import_bootcamp`:
 the bootcamp is built and smoke-tested, recorded in the workspace's store and from then on listed by
 ``campflow bootcamps list`` and usable by every command and flow, by name.
 
@@ -78,7 +78,7 @@ def imports_command(
     config: Path | None = ConfigOption, db: Path | None = DbOption,
 ) -> None:
     """List the imported bootcamps recorded in the store (or remove one)."""
-    from campflow.bootcamps.adapters.records import forget, recorded_rows
+    from campflow.storage.imports import forget, recorded_rows
     from campflow.storage.store import Store
 
     store = Store(config_with(config, db).workspace.db_path)
@@ -99,7 +99,7 @@ def _import(adapter: str, source: str, pairs: list[str], name: str | None, repla
     from pydantic import ValidationError
 
     from campflow.bootcamps.adapters import ImportSpec, default_name, parse_options
-    from campflow.bootcamps.adapters.records import import_bootcamp
+    from campflow.storage.imports import import_bootcamp
     from campflow.bootcamps.base import format_validation_error
     from campflow.errors import ImportSourceError
     from campflow.storage.store import Store

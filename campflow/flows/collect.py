@@ -13,7 +13,7 @@ from prefect import flow
 
 from campflow.agents.factory import policy_model_id
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters.records import register_recorded
+from campflow.storage.imports import register_recorded
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_eval, train_instances
 from campflow.config import CampflowConfig

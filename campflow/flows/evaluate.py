@@ -14,7 +14,7 @@ from typing import Any
 from prefect import flow
 from campflow.agents.factory import policy_model_id
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters.records import register_recorded
+from campflow.storage.imports import register_recorded
 from campflow.bootcamps.splits import eval_instances
 from campflow.config import CampflowConfig
 from campflow.flows.rollouts import record_rollouts

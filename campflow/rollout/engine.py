@@ -8,7 +8,6 @@ episode comes back as an :class:`~campflow.rollout.episode.Episode` with a termi
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass

@@ -76,6 +76,24 @@ class Store:
 
     # -- generic -----------------------------------------------------------------------------------
 
+    @contextmanager
+    def transaction(self, **tables: pa.Table) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection inside one transaction, with ``tables`` registered under their keyword names:
+        everything in the block is written, or (on any exception) nothing is."""
+        with self.connection() as con:
+            for name, rows in tables.items():
+                con.register(name, rows)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            finally:
+                for name in tables:
+                    con.unregister(name)
+
     def insert(self, table: str, rows: pa.Table, *, on_conflict: str = "replace") -> int:
         """Insert an Arrow table by column name; ``on_conflict`` is ``replace``, ``ignore`` or ``error``."""
         if rows.num_rows == 0:
@@ -138,23 +156,8 @@ class Store:
         variant_id: str | None = None,
     ) -> int:
         """Record instances (idempotent: an id already present is left as it is)."""
-        if split not in ("train", "eval"):
-            raise ValueError(f"split = {split!r}: expected 'train' or 'eval'")
-        instances = list(instances)
-        ts = now()
-        rows = pa.table({
-            "instance_id": [i.id for i in instances],
-            "bootcamp": [i.bootcamp for i in instances],
-            "version": [i.version for i in instances],
-            "level": pa.array([i.level for i in instances], pa.int32()),
-            "params": [to_json(i.params.model_dump(mode="json")) for i in instances],
-            "seed": pa.array([i.seed for i in instances], pa.int64()),
-            "split": [split] * len(instances),
-            "origin": [origin] * len(instances),
-            "variant_id": pa.array([variant_id] * len(instances), pa.string()),
-            "created_at": pa.array([ts] * len(instances), pa.timestamp("us")),
-        })
-        return self.insert("instances", rows, on_conflict="ignore")
+        return self.insert("instances", instances_to_arrow(list(instances), split=split, origin=origin,
+                                                           variant_ids=variant_id), on_conflict="ignore")
 
     def eval_ids(self, bootcamp: str | None = None) -> set[str]:
         """Ids of every instance recorded in the eval split (optionally of one bootcamp)."""
@@ -182,6 +185,29 @@ class Store:
                 [run_id, *retry],
             ).fetchall()
         return {(r[0], r[1]) for r in rows}
+
+
+def instances_to_arrow(instances: Sequence[Instance], *, split: str, origin: str,
+                       variant_ids: str | Sequence[str | None] | None = None) -> pa.Table:
+    """Instances as an Arrow table in the ``instances`` column layout; ``variant_ids`` is one id for
+    all rows or one per row."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split = {split!r}: expected 'train' or 'eval'")
+    n = len(instances)
+    vids = [variant_ids] * n if variant_ids is None or isinstance(variant_ids, str) else list(variant_ids)
+    ts = now()
+    return pa.table({
+        "instance_id": [i.id for i in instances],
+        "bootcamp": [i.bootcamp for i in instances],
+        "version": [i.version for i in instances],
+        "level": pa.array([i.level for i in instances], pa.int32()),
+        "params": [to_json(i.params.model_dump(mode="json")) for i in instances],
+        "seed": pa.array([i.seed for i in instances], pa.int64()),
+        "split": [split] * n,
+        "origin": [origin] * n,
+        "variant_id": pa.array(vids, pa.string()),
+        "created_at": pa.array([ts] * n, pa.timestamp("us")),
+    })
 
 
 EPISODE_SCHEMA = pa.schema([

@@ -270,25 +270,14 @@ def write_clusters(store: Store, run_id: str, bootcamps: Sequence[str], clusters
     members = pa.table({"episode_id": [e for c in clusters for e in c.episode_ids],
                         "cluster_id": [c.cluster_id for c in clusters for _ in c.episode_ids]})
     marks = ", ".join("?" for _ in bootcamps) or "NULL"
-    with store.connection() as con:
-        con.register("_campflow_clusters", rows)
-        con.register("_campflow_members", members)
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute("INSERT OR REPLACE INTO clusters BY NAME SELECT * FROM _campflow_clusters")
-            con.execute("UPDATE failures SET cluster_id = m.cluster_id FROM _campflow_members m "
-                        "WHERE failures.episode_id = m.episode_id")
-            con.execute(f"""DELETE FROM clusters WHERE run_id = ? AND bootcamp IN ({marks})
-                            AND cluster_id NOT IN (SELECT cluster_id FROM _campflow_clusters)
-                            AND cluster_id NOT IN (SELECT cluster_id FROM variants WHERE cluster_id IS NOT NULL)""",
-                        [run_id, *bootcamps])
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-        finally:
-            con.unregister("_campflow_clusters")
-            con.unregister("_campflow_members")
+    with store.transaction(_campflow_clusters=rows, _campflow_members=members) as con:
+        con.execute("INSERT OR REPLACE INTO clusters BY NAME SELECT * FROM _campflow_clusters")
+        con.execute("UPDATE failures SET cluster_id = m.cluster_id FROM _campflow_members m "
+                    "WHERE failures.episode_id = m.episode_id")
+        con.execute(f"""DELETE FROM clusters WHERE run_id = ? AND bootcamp IN ({marks})
+                        AND cluster_id NOT IN (SELECT cluster_id FROM _campflow_clusters)
+                        AND cluster_id NOT IN (SELECT cluster_id FROM variants WHERE cluster_id IS NOT NULL)""",
+                    [run_id, *bootcamps])
 
 
 def load_clusters(store: Store, run_id: str, bootcamps: Sequence[str] | None = None) -> list[Cluster]:

@@ -18,7 +18,7 @@ import orjson
 from pydantic import ValidationError
 
 from campflow.agents.base import Policy
-from campflow.bootcamps.adapters.records import register_recorded
+from campflow.storage.imports import register_recorded
 from campflow.config import PolicyConfig, SynthesisConfig
 from campflow.errors import RunNotFoundError
 from campflow.rollout.engine import RolloutSettings
@@ -57,10 +57,11 @@ def resolve_run(store: Store, run_id: str | None = None) -> str:
 
 
 def analyze_run(
-    store: Store, run_id: str, cfg: SynthesisConfig = SynthesisConfig(), *,
+    store: Store, run_id: str, cfg: SynthesisConfig | None = None, *,
     bootcamps: Sequence[str] | None = None, refresh: bool = False,
 ) -> Analysis:
     """Mine and cluster ``run_id`` unless that is already done for every one of its model failures."""
+    cfg = cfg or SynthesisConfig()
     register_recorded(store)  # a run of imported bootcamps needs them in the registry
     marks = ", ".join("?" for _ in FAILURE_TERMINATIONS)
     only, names = "", list(bootcamps or [])
@@ -127,7 +128,7 @@ def new_synthesis_run_id() -> str:
 
 
 def synthesize(
-    store: Store, source_run_id: str, cfg: SynthesisConfig = SynthesisConfig(), *,
+    store: Store, source_run_id: str, cfg: SynthesisConfig | None = None, *,
     synthesizer: Synthesizer | None = None, policy: Policy | None = None, bootcamps: Sequence[str] | None = None,
     rollout: RolloutSettings | None = None, run_id: str | None = None,
 ) -> SynthesisSummary:
@@ -136,6 +137,7 @@ def synthesize(
     ``policy`` is the current model, used to calibrate; None skips calibration. The work is recorded as
     a ``synthesize`` run; proposals already decided by an earlier run are left as they are.
     """
+    cfg = cfg or SynthesisConfig()
     register_recorded(store)
     synthesizer = synthesizer or build_synthesizer(cfg)
     run_id = run_id or new_synthesis_run_id()

@@ -33,7 +33,7 @@ from campflow.errors import CampflowError
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, rollout
 from campflow.rollout.episode import RETRYABLE
 from campflow.serialization import to_json
-from campflow.storage.store import Store, now
+from campflow.storage.store import Store, instances_to_arrow, now
 from campflow.synthesis.proposals import Proposal
 
 
@@ -298,30 +298,12 @@ def record_verdicts(store: Store, verdicts: Sequence[Verdict], run_id: str | Non
         "created_at": pa.array([ts] * len(verdicts), pa.timestamp("us")),
     })
     accepted = [(v.variant_id, i) for v in verdicts if v.accepted for i in v.instances]
-    instances = pa.table({
-        "instance_id": [i.id for _, i in accepted], "bootcamp": [i.bootcamp for _, i in accepted],
-        "version": [i.version for _, i in accepted], "level": pa.array([i.level for _, i in accepted], pa.int32()),
-        "params": [to_json(i.params.model_dump(mode="json")) for _, i in accepted],
-        "seed": pa.array([i.seed for _, i in accepted], pa.int64()),
-        "split": ["train"] * len(accepted), "origin": ["synthesized"] * len(accepted),
-        "variant_id": pa.array([vid for vid, _ in accepted], pa.string()),
-        "created_at": pa.array([ts] * len(accepted), pa.timestamp("us")),
-    })
-    with store.connection() as con:
-        con.register("_campflow_variants", variants)
-        con.register("_campflow_instances", instances)
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute("INSERT OR REPLACE INTO variants BY NAME SELECT * FROM _campflow_variants")
-            if accepted:
-                con.execute("INSERT OR IGNORE INTO instances BY NAME SELECT * FROM _campflow_instances")
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
-        finally:
-            con.unregister("_campflow_variants")
-            con.unregister("_campflow_instances")
+    instances = instances_to_arrow([i for _, i in accepted], split="train", origin="synthesized",
+                                   variant_ids=[vid for vid, _ in accepted])
+    with store.transaction(_campflow_variants=variants, _campflow_instances=instances) as con:
+        con.execute("INSERT OR REPLACE INTO variants BY NAME SELECT * FROM _campflow_variants")
+        if accepted:
+            con.execute("INSERT OR IGNORE INTO instances BY NAME SELECT * FROM _campflow_instances")
 
 
 def _params_json(v: Verdict) -> str:

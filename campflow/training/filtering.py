@@ -27,7 +27,7 @@ from typing import Any
 
 from campflow.agents.chat import UnrenderableTranscript, action_sequence, template_messages
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters.records import register_recorded
+from campflow.storage.imports import register_recorded
 from campflow.bootcamps.splits import assert_not_eval, is_eval_seed
 from campflow.config import FilterConfig
 from campflow.errors import CampflowError

@@ -17,7 +17,7 @@ from typing import Any
 
 from campflow.agents.local import MODEL_LOADING
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters.records import register_recorded
+from campflow.storage.imports import register_recorded
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_eval, train_instances
 from campflow.config import RLConfig

@@ -22,7 +22,7 @@ Versions: every adapter computes its bootcamp's ``version`` from its own revisio
 (the package version, or a hash of the file or module), so instance ids change when the source does.
 ``ImportSpec.version`` records the version seen at import time.
 
-Persistence lives in :mod:`campflow.bootcamps.adapters.records`: imports are written to the store's
+Persistence lives in :mod:`campflow.storage.imports`: imports are written to the store's
 ``imported_bootcamps`` table and loaded back into the registry by the commands and flows that need
 them. Rollout shards that run in other processes receive the specs as a task argument and call
 :func:`ensure_registered` before rebuilding instances.

@@ -5,23 +5,20 @@ bootcamp (which validates the source), generates one instance per level so a bad
 rather than mid-evaluation, records the spec with the version it saw, and registers it.
 :func:`register_recorded` is what commands and flows call before they resolve bootcamp names.
 
-The functions take a :class:`~campflow.storage.store.Store` but do not import the storage package:
-bootcamps sit below storage, so the store is passed in by the command or flow that owns it.
+It lives in storage, above the bootcamps it records: bootcamps know nothing of the store.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from campflow.bootcamps import registry
 from campflow.bootcamps.adapters import ImportSpec, build_bootcamp, register_import
 from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError, InvalidParamsError
-
-if TYPE_CHECKING:
-    from campflow.storage.store import Store
+from campflow.storage.store import Store
 
 SMOKE_SEED = 0
 
