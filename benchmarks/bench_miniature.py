@@ -5,7 +5,8 @@ it, collects oracle episodes on train-split instances, filters them into an SFT 
 evaluates, runs GRPO from the SFT checkpoint, evaluates again, and prints the three success rates
 (overall and per bootcamp) with the wall time of every stage.
 
-Run: python benchmarks/bench_miniature.py [--workspace DIR] [--sft-steps 300] [--rl-steps 30] [--eval-n 40]
+Run: python benchmarks/bench_miniature.py [--workspace DIR] [--sft-steps 1000] [--rl-steps 30] [--eval-n 50]
+(about 30 minutes on 2 cores; measured: 0% -> 35% -> 34%)
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workspace", type=Path, default=None)
-    ap.add_argument("--collect-n", type=int, default=400, help="train instances per bootcamp")
-    ap.add_argument("--sft-steps", type=int, default=300)
-    ap.add_argument("--sft-batch", type=int, default=16)
-    ap.add_argument("--sft-lr", type=float, default=1e-3)
+    ap.add_argument("--collect-n", type=int, default=1500, help="train instances per bootcamp")
+    ap.add_argument("--sft-steps", type=int, default=1000)
+    ap.add_argument("--sft-batch", type=int, default=8)
+    ap.add_argument("--sft-lr", type=float, default=2e-3)
     ap.add_argument("--rl-steps", type=int, default=30)
-    ap.add_argument("--eval-n", type=int, default=40, help="eval instances per bootcamp")
+    ap.add_argument("--eval-n", type=int, default=50, help="eval instances per bootcamp")
     args = ap.parse_args()
 
     import warnings

@@ -77,7 +77,13 @@ def test_unknown_bootcamp_lists_the_known_ones(tmp_path) -> None:
 
 def test_bootcamps_list_show_and_sample(tmp_path) -> None:
     listed = run_cli("bootcamps", "list", cwd=tmp_path)
-    assert listed.returncode == 0 and "calculator" in listed.stdout and "maze" in listed.stdout
+    assert listed.returncode == 0
+    rows = {line.split("│")[1].strip(): line for line in listed.stdout.splitlines() if line.count("│") > 4
+            and line.split("│")[1].strip()}
+    for name in ("calculator", "maze", "filesystem", "sql", "shop", "calendar", "wordle"):
+        assert "text" in rows[name]
+    for name in ("gridworld", "chart", "gui"):
+        assert "vision" in rows[name] and "1,2,3,4" in rows[name]
     shown = run_cli("bootcamps", "show", "maze", cwd=tmp_path)
     assert shown.returncode == 0 and "view_radius" in shown.stdout and "submit" in shown.stdout
     sample = run_cli("bootcamps", "sample", "calculator", "--seed", "3", "--level", "2", cwd=tmp_path)

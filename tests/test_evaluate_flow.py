@@ -81,3 +81,20 @@ def test_a_bad_endpoint_url_gives_infra_errors_not_a_crash(workspace) -> None:
     assert summary.terminations == {"infra_error": 6}
     errors = Store(workspace / "campflow.duckdb").query("SELECT DISTINCT error FROM episodes")
     assert all("endpoint http://127.0.0.1:9/v1" in r["error"] for r in errors)
+
+
+def test_a_noisy_oracle_evaluation_over_all_ten_bootcamps_fills_pass_rates(workspace) -> None:
+    cfg = load_config(None, {"workspace.path": str(workspace), "policy.kind": "noisy", "eval.bootcamps": ["all"],
+                             "eval.n": 4, "rollout.shard_size": 8}, env={})
+    cfg.eval.bootcamps = registry.parse_names(cfg.eval.bootcamps)
+    summary = evaluate(cfg, run_id="all-ten")
+    builtin = [e.name for e in registry.entries() if e.origin == "builtin"]
+    assert len(builtin) == 10 and summary.ran == 40
+    store = Store(workspace / "campflow.duckdb")
+    rows = store.query("SELECT bootcamp, episodes FROM pass_rates WHERE run_id = 'all-ten'")
+    assert {r["bootcamp"] for r in rows} == set(builtin)
+    assert all(r["episodes"] == 4 for r in rows)
+    modalities = {r["bootcamp"]: r["n"] for r in store.query(
+        "SELECT bootcamp, count(*) AS n FROM episodes WHERE transcript LIKE '%data:image/png;base64,%' "
+        "GROUP BY bootcamp")}
+    assert set(modalities) == {"gridworld", "chart", "gui"}

@@ -55,8 +55,15 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
 
 def _start(config: Path, *args: str) -> subprocess.Popen:
     exe = Path(sys.executable).parent / "campflow"
+    # its own process group, so a kill takes the Prefect API server it started along with it
     return subprocess.Popen([str(exe), "improve", "--config", str(config), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"},
+                            start_new_session=True)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 240) -> None:
@@ -67,7 +74,7 @@ def _wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 2
         if proc.poll() is not None:
             raise AssertionError(f"the cycle ended before {what}:\n{proc.stdout.read()[-3000:]}")
         time.sleep(0.2)
-    proc.kill()
+    _kill(proc)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -85,8 +92,7 @@ def test_a_cycle_killed_during_evaluation_and_during_sft_resumes_without_duplica
 
     proc = _start(config, "--cycle-id", "k1")
     _wait_until(proc, evaluating, "the evaluation started writing episodes")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    _kill(proc)
     written = _sql(db, "SELECT count(*) FROM episodes WHERE run_id = 'k1-before'")[0][0]
     assert 0 < written < 24, "killed during the evaluation, not before or after it"
 
@@ -96,8 +102,7 @@ def test_a_cycle_killed_during_evaluation_and_during_sft_resumes_without_duplica
     proc = _start(config, "--resume")
     _wait_until(proc, lambda: (ws / "models").exists() and training(), "SFT started")
     time.sleep(1.0)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    _kill(proc)
     assert _sql(db, "SELECT step FROM cycles")[0][0] == "dataset"
 
     proc = _start(config, "--resume")
