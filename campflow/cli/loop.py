@@ -21,14 +21,19 @@ def _quiet() -> None:
 def print_cycle(summary) -> None:  # noqa: ANN001
     """The before/after table of a cycle and where its report is."""
     names = sorted(set(summary.pass_before) | set(summary.pass_after))
-    rows = [(b, summary.pass_before.get(b, 0.0), summary.pass_after.get(b, 0.0),
-             summary.pass_after.get(b, 0.0) - summary.pass_before.get(b, 0.0)) for b in names]
-    rows.append((f"[bold]{summary.metric}[/]", summary.before, summary.after, summary.after - summary.before))
+    rows = [(b, _pct(summary.pass_before.get(b, 0.0)), _pct(summary.pass_after.get(b, 0.0)),
+             _pct(summary.pass_after.get(b, 0.0) - summary.pass_before.get(b, 0.0), sign=True)) for b in names]
+    rows.append((f"[bold]overall {summary.metric}[/]", _pct(summary.before), _pct(summary.after),
+                 _pct(summary.after - summary.before, sign=True)))
     console.print(table(["bootcamp", f"before ({summary.model_id})", f"after ({summary.candidate_id})", "change"],
                         rows, title=f"cycle {summary.cycle_id} on the eval split"))
     verdict = "[green]promoted[/]" if summary.promoted else "[yellow]not promoted[/] (the current model stays)"
     console.print(f"candidate {summary.candidate_id}: {verdict}")
     console.print(f"report: {summary.report}")
+
+
+def _pct(value: float, sign: bool = False) -> str:
+    return f"{value:+.1%}" if sign else f"{value:.1%}"
 
 
 @app.command()

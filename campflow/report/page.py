@@ -19,8 +19,7 @@ def write_report(facts: CycleFacts, out_dir: Path) -> Path:
     figures: list[tuple[str, str]] = []
 
     def save(fig, name: str, caption: str) -> None:
-        fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=110)
+        fig.savefig(out_dir / name, dpi=110, bbox_inches="tight")  # long labels widen the image, not clip
         plt.close(fig)
         figures.append((name, caption))
 

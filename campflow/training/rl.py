@@ -24,7 +24,7 @@ from campflow.config import RLConfig
 from campflow.storage.store import Store
 from campflow.training import checkpoints
 from campflow.training.environments import environment_factories
-from campflow.training.sft import TrainResult, progress_callback
+from campflow.training.sft import TrainResult, progress_callback, quiet
 
 
 def rl_instances(store: Store, bootcamps: list[str], per_bootcamp: int, seed: int,
@@ -87,9 +87,9 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
             seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
             remove_unused_columns=False,
         )
-        trainer = GRPOTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
-                              environment_factory=environment_factories(bootcamps),
-                              callbacks=[progress_callback("rl", "RL")])
+        trainer = quiet(GRPOTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                                    environment_factory=environment_factories(bootcamps),
+                                    callbacks=[progress_callback("rl", "RL")]))
         started = time.perf_counter()
         trainer.train()
         elapsed = time.perf_counter() - started

@@ -31,6 +31,14 @@ class TrainResult:
     reused: bool = False
 
 
+def quiet(trainer: Any) -> Any:
+    """Drop the callback that prints every log dict to stdout (progress goes to campflow's reporter)."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
 def progress_callback(key: str, description: str) -> Any:
     """A transformers TrainerCallback that reports steps and the latest loss to campflow's reporter."""
     from transformers import TrainerCallback
@@ -89,8 +97,8 @@ def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SF
             bf16=False, use_cpu=True, assistant_only_loss=True, max_length=max_length, seed=cfg.seed,
             data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
         )
-        trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
-                             callbacks=[progress_callback("sft", "SFT")])
+        trainer = quiet(SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                                   callbacks=[progress_callback("sft", "SFT")]))
         started = time.perf_counter()
         result = trainer.train()
         elapsed = time.perf_counter() - started
