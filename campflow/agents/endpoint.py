@@ -12,13 +12,13 @@ without the transform and the models (``benchmarks/bench_concurrency.py`` measur
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.errors import ContextOverflowError, PolicyError
+from campflow.serialization import from_json, to_json
 
 try:  # the raw response type the SDK accepts as `cast_to`: httpx2 for openai>=3, httpx before
     from httpx2 import Response as _HttpResponse
@@ -92,9 +92,9 @@ class EndpointPolicy(Policy):
             request.update(self.extra_body)
         try:
             response = await self._client.post(
-                "/chat/completions", content=json.dumps(request, ensure_ascii=False).encode(),
+                "/chat/completions", content=to_json(request).encode(),
                 options={"headers": {"Content-Type": "application/json"}}, cast_to=_HttpResponse)
-            body = json.loads(response.content)
+            body = from_json(response.content)
         except openai.APIStatusError as exc:
             message = _error_message(exc)
             if exc.status_code in (400, 413) and any(m in message.lower() for m in _CONTEXT_MARKERS):
@@ -105,7 +105,7 @@ class EndpointPolicy(Policy):
                               f"of {self.timeout:g}s") from None
         except openai.APIConnectionError as exc:
             raise PolicyError(f"cannot reach {self._where()}: {exc}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # json's and orjson's decode errors, bad UTF-8
             raise PolicyError(f"{self._where()} returned a body that is not JSON: {exc}") from None
         return _reply_from_body(body, self._where())
 

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.bootcamps.base import Action, Instance
+from campflow.serialization import to_json
 
 
 def native_call(action: Action, call_id: str) -> dict[str, Any]:
     """An :class:`Action` as a native OpenAI tool call."""
     return {"id": call_id, "type": "function",
-            "function": {"name": action.name, "arguments": json.dumps(dict(action.arguments))}}
+            "function": {"name": action.name, "arguments": to_json(dict(action.arguments))}}
 
 
 class OraclePolicy(Policy):

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from campflow.config import CampflowConfig, load_config
 
-console = Console()
+console = Console(log_path=False)
 err_console = Console(stderr=True)
 
 ConfigOption = typer.Option(None, "--config", "-c", help="YAML config (default: built-in defaults)")

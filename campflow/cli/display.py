@@ -15,7 +15,11 @@ from campflow.progress import Reporter
 
 
 class RichReporter(Reporter):
-    """Progress bars, one per unit of work; safe to call from worker threads."""
+    """Progress bars, one per unit of work; safe to call from worker threads.
+
+    Where the console is not a terminal (CI logs, ``make run > log``) the bars cannot redraw, so each
+    unit of work also prints a line when it starts and when it finishes.
+    """
 
     def __init__(self, console: Console | None = None) -> None:
         self.progress = Progress(
@@ -24,6 +28,7 @@ class RichReporter(Reporter):
         )
         self._tasks: dict[str, TaskID] = {}
         self._lock = threading.Lock()
+        self._lines = not self.progress.console.is_terminal
 
     def __enter__(self) -> RichReporter:
         self.progress.start()
@@ -39,6 +44,8 @@ class RichReporter(Reporter):
                 self.progress.reset(self._tasks[key], total=total, description=description)
             else:
                 self._tasks[key] = self.progress.add_task(description, total=total)
+        if self._lines:
+            self.note(f"{description} ..." if total is None else f"{description} (0/{total}) ...")
 
     def advance(self, key: str, steps: int = 1) -> None:
         with self._lock:
@@ -56,6 +63,8 @@ class RichReporter(Reporter):
                 task = self.progress.tasks[self._tasks[key]]
                 if task.total is not None:
                     self.progress.update(self._tasks[key], completed=task.total)
+                if self._lines:
+                    self.note(f"{task.description}: done in {task.elapsed or 0.0:.1f}s")
 
     def note(self, message: str) -> None:
         self.progress.console.log(message)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from campflow.serialization import to_json
+from campflow.serialization import to_json_bytes
 
 
 class Termination(StrEnum):
@@ -68,16 +68,16 @@ class Episode:
     error: str | None = None
     level: int = 0
     id: str = ""
-    _transcript_json: str | None = field(default=None, repr=False, compare=False)
+    _transcript_json: bytes | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.id:
             self.id = episode_id(self.run_id, self.instance_id, self.sample)
 
-    def transcript_json(self) -> str:
-        """The transcript as JSON text (serialized once, then kept)."""
+    def transcript_json(self) -> bytes:
+        """The transcript as UTF-8 JSON (serialized once, then kept)."""
         if self._transcript_json is None:
-            self._transcript_json = to_json(self.transcript)
+            self._transcript_json = to_json_bytes(self.transcript)
         return self._transcript_json
 
     def freeze(self) -> Episode:

@@ -26,10 +26,12 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Action, Instance
+from campflow.serialization import from_json, to_json
 
 Script = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -55,7 +57,7 @@ class OracleScript:
         for m in messages:
             for call in m.get("tool_calls") or []:
                 try:
-                    args = json.loads(call["function"]["arguments"] or "{}")
+                    args = from_json(call["function"]["arguments"] or "{}")
                     bootcamp.apply(instance, state, Action(call["function"]["name"], args))
                 except Exception:  # noqa: BLE001  (the scripted agent ignores calls the world refused)
                     pass
@@ -86,6 +88,15 @@ def action_message(action: Action, call_id: str, *, as_text: bool = False) -> di
     return {"role": "assistant", "content": None, "tool_calls": [
         {"id": call_id, "type": "function",
          "function": {"name": action.name, "arguments": json.dumps(dict(action.arguments))}}]}
+
+
+def _dumps(value: Any) -> str:
+    """Response JSON: orjson, or the standard library's ASCII escapes for text orjson refuses (lone
+    surrogates), so broken model output reaches the client as a real server would send it."""
+    try:
+        return orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value)
 
 
 def _key(content: Any) -> str:
@@ -123,7 +134,7 @@ class ScriptedEndpoint:
 
     async def _completions(self, request: web.Request) -> web.Response:
         self.requests += 1
-        body = await request.json()
+        body = from_json(await request.read())
         roll = self.rng.random()
         if roll < self.fail_rate:
             self.failures += 1
@@ -136,10 +147,10 @@ class ScriptedEndpoint:
         if self.latency:
             await asyncio.sleep(self.latency)
         message = self.script(body)
-        prompt_chars = sum(len(json.dumps(m.get("content") or "")) for m in body["messages"])
-        completion_chars = len(json.dumps(message))
+        prompt_chars = sum(len(to_json(m.get("content") or "")) for m in body["messages"])
+        completion_chars = len(to_json(message))
         finish = "tool_calls" if message.get("tool_calls") else "stop"
-        return web.json_response({
+        return web.json_response(dumps=_dumps, data={
             "id": f"chatcmpl-{self.requests}", "object": "chat.completion", "created": 0, "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
