@@ -99,12 +99,9 @@ class EndpointPolicy(Policy):
             message = _error_message(exc)
             if exc.status_code in (400, 413) and any(m in message.lower() for m in _CONTEXT_MARKERS):
                 raise ContextOverflowError(f"{self.model}: {message}") from None
-            raise PolicyError(f"{self._where()} answered HTTP {exc.status_code}: {message}") from None
-        except openai.APITimeoutError:
-            raise PolicyError(f"{self._where()} timed out after {self.max_retries + 1} attempt(s) "
-                              f"of {self.timeout:g}s") from None
-        except openai.APIConnectionError as exc:
-            raise PolicyError(f"cannot reach {self._where()}: {exc}") from None
+            raise PolicyError(describe_sdk_error(exc, self._where(), self.timeout, self.max_retries)) from None
+        except openai.OpenAIError as exc:
+            raise PolicyError(describe_sdk_error(exc, self._where(), self.timeout, self.max_retries)) from None
         except ValueError as exc:  # json's and orjson's decode errors, bad UTF-8
             raise PolicyError(f"{self._where()} returned a body that is not JSON: {exc}") from None
         return _reply_from_body(body, self._where())
@@ -133,6 +130,19 @@ def _reply_from_body(body: Any, where: str) -> PolicyReply:
         completion_tokens=usage.get("completion_tokens"),
         finish_reason=choice.get("finish_reason"),
     )
+
+
+def describe_sdk_error(exc: Exception, where: str, timeout: float, max_retries: int) -> str:
+    """One line for an ``openai`` SDK error that survived the SDK's retries, naming ``where``."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        return f"{where} answered HTTP {exc.status_code}: {_error_message(exc)}"
+    if isinstance(exc, openai.APITimeoutError):
+        return f"{where} timed out after {max_retries + 1} attempt(s) of {timeout:g}s"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot reach {where}: {exc}"
+    return f"{where} failed: {type(exc).__name__}: {exc}"
 
 
 def _error_message(exc: Any) -> str:

@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from campflow.agents.endpoint import describe_sdk_error
 from campflow.bootcamps import registry
 from campflow.config import SynthesisLLMConfig
 from campflow.errors import ConfigError, SynthesisError
@@ -152,13 +153,8 @@ class LLMSynthesizer(Synthesizer):
                 request.pop("response_format")
                 self.requests += 1
                 completion = self._client.chat.completions.create(**request)
-        except openai.APIStatusError as exc:
-            raise SynthesisError(f"{where} answered HTTP {exc.status_code}: {exc.message}") from None
-        except openai.APITimeoutError:
-            raise SynthesisError(f"{where} timed out after {self.max_retries + 1} attempt(s) "
-                                 f"of {self.timeout:g}s") from None
-        except openai.APIConnectionError as exc:
-            raise SynthesisError(f"cannot reach {where}: {exc}") from None
+        except openai.OpenAIError as exc:
+            raise SynthesisError(describe_sdk_error(exc, where, self.timeout, self.max_retries)) from None
         if not completion.choices:
             raise SynthesisError(f"{where} returned no choices")
         return completion.choices[0].message.content or ""
