@@ -2,7 +2,10 @@
 
 Both start from the same base weights and see the same batches (TRL's own tokenized dataset and data
 collator), with AdamW at the same learning rate; the bare loop is forward, backward, step. The ratio
-is TRL's throughput over the bare loop's (1.0 means TRL costs nothing extra).
+is TRL's throughput, as campflow runs it, over the bare loop's (1.0 means TRL costs nothing extra);
+TRL's default loss (a chunked, fused lm-head kernel) is timed too. The first step of each run is a
+warm-up and not timed; the bare loop runs before and after TRL and its faster pass counts, so a noisy
+neighbour slows neither side alone.
 
 Run: python benchmarks/bench_sft_throughput.py [--steps 30] [--batch 8]
 """
@@ -15,6 +18,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,7 +33,8 @@ def main() -> None:
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
+    from transformers import TrainerCallback
+    from trl import SFTConfig
 
     from campflow.agents.oracle import OraclePolicy
     from campflow.bootcamps import registry
@@ -39,6 +44,7 @@ def main() -> None:
     from campflow.storage.store import Store
     from campflow.training.base import ensure_base
     from campflow.training.filtering import build_sft_dataset
+    from campflow.training.sft import checkpointing_arg, sft_trainer
 
     datasets.disable_progress_bars()
     ws = Path(tempfile.mkdtemp())
@@ -58,10 +64,14 @@ def main() -> None:
     sft_args = SFTConfig(output_dir=str(ws / "trl"), max_steps=args.steps, per_device_train_batch_size=args.batch,
                          learning_rate=1e-3, lr_scheduler_type="constant", logging_steps=args.steps, report_to=[],
                          save_strategy="no", bf16=False, use_cpu=True, assistant_only_loss=True, seed=0,
-                         disable_tqdm=True, dataloader_num_workers=0)
-    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(base.path), args=sft_args, train_dataset=train,
-                         processing_class=tokenizer)
-    loader = trainer.get_train_dataloader()
+                         disable_tqdm=True, dataloader_num_workers=0,
+                         **checkpointing_arg(SFTConfig, False))  # as campflow runs it (training.sft)
+
+    def trainer_for(fused_loss: bool) -> Any:
+        return sft_trainer(fused_loss, model=AutoModelForCausalLM.from_pretrained(base.path), args=sft_args,
+                           train_dataset=train, processing_class=tokenizer)
+
+    loader = trainer_for(False).get_train_dataloader()
     batches = []
     for batch in loader:
         batches.append(batch)
@@ -69,27 +79,49 @@ def main() -> None:
             break
     while len(batches) < args.steps:
         batches += batches[: args.steps - len(batches)]
-    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
 
-    t0 = time.perf_counter()
-    trainer.train()
-    trl_s = time.perf_counter() - t0
-    trl_tokens = next(h["num_tokens"] for h in reversed(trainer.state.log_history) if "num_tokens" in h)
+    def bare_pass() -> float:
+        model = AutoModelForCausalLM.from_pretrained(base.path)
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        start = 0.0
+        for k, batch in enumerate(batches):
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if k == 0:
+                start = time.perf_counter()
+        return time.perf_counter() - start
 
-    model = AutoModelForCausalLM.from_pretrained(base.path)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-    t0 = time.perf_counter()
-    for batch in batches:
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    bare_s = time.perf_counter() - t0
+    def trl_pass(fused_loss: bool) -> tuple[int, float]:
+        """(tokens, seconds) of one TRL run after its warm-up step."""
+        trainer = trainer_for(fused_loss)
+
+        class StepClock(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003
+                if state.global_step == 1:
+                    self.start, self.tokens = time.perf_counter(), trainer.tokens_seen
+                self.end = time.perf_counter()
+
+        clock = StepClock()
+        trainer.add_callback(clock)
+        trainer.train()
+        return trainer.tokens_seen - clock.tokens, clock.end - clock.start
+
+    bare_before = bare_pass()
+    trl_tokens, trl_s = trl_pass(fused_loss=False)
+    fused_tokens, fused_s = trl_pass(fused_loss=True)
+    bare_s = min(bare_before, bare_pass())
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches[1:])
+    fused_rate = fused_tokens / fused_s
     trl_rate, bare_rate = trl_tokens / trl_s, tokens / bare_s
-    print(f"{args.steps} steps of batch {args.batch}: TRL {trl_tokens:.0f} tokens in {trl_s:.1f}s "
-          f"({trl_rate:,.0f} tok/s); bare loop {tokens} tokens in {bare_s:.1f}s ({bare_rate:,.0f} tok/s)")
+    print(f"{args.steps} steps of batch {args.batch} (the first one not timed): bare loop {tokens} tokens in "
+          f"{bare_s:.1f}s ({bare_rate:,.0f} tok/s)")
+    print(f"  TRL as campflow runs it (model's loss): {trl_s:.1f}s ({trl_rate:,.0f} tok/s)")
+    print(f"  TRL's default fused lm-head loss:       {fused_s:.1f}s ({fused_rate:,.0f} tok/s, "
+          f"{fused_rate / bare_rate:.2f} of bare)")
     print(f"RATIO SFT throughput: TRL/bare = {trl_rate / bare_rate:.2f}")
 
 

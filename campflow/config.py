@@ -126,6 +126,11 @@ class SFTConfig(Section):
     batch_size: int = Field(16, ge=1, description="sequences per step")
     learning_rate: float = Field(1e-3, gt=0, description="peak learning rate (cosine decay, warmup)")
     warmup_ratio: float = Field(0.05, ge=0, le=1, description="share of steps spent warming up")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass to save "
+                                         "memory (large models); TRL turns it on by default, which only costs the "
+                                         "tiny model time")
+    fused_loss: bool = Field(False, description="TRL's chunked lm-head loss kernel (saves GPU memory on large "
+                             "vocabularies); off: the model's own cross-entropy, ~1.5x faster for the tiny model")
     seed: int = Field(0, description="data order and dropout seed")
 
 
@@ -141,6 +146,8 @@ class RLConfig(Section):
     max_completion_length: int = Field(384, ge=8, description="tokens the model may write per rollout, all turns")
     max_tool_calling_iterations: int = Field(12, ge=1, description="tool rounds per rollout")
     instances_per_bootcamp: int = Field(256, ge=1, description="train-split instances offered per bootcamp")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass to save "
+                                         "memory (large models)")
     seed: int = Field(0, description="sampling and data order seed")
 
 

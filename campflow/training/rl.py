@@ -24,7 +24,7 @@ from campflow.config import RLConfig
 from campflow.storage.store import Store
 from campflow.training import checkpoints
 from campflow.training.environments import environment_factories
-from campflow.training.sft import TrainResult, progress_callback, quiet
+from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet
 
 
 def rl_instances(store: Store, bootcamps: list[str], per_bootcamp: int, seed: int,
@@ -85,7 +85,7 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
             max_tool_calling_iterations=cfg.max_tool_calling_iterations, temperature=cfg.temperature,
             beta=cfg.beta, logging_steps=1, save_strategy="no", report_to=[], bf16=False, use_cpu=True,
             seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
-            remove_unused_columns=False,
+            remove_unused_columns=False, **checkpointing_arg(GRPOConfig, cfg.gradient_checkpointing),
         )
         trainer = quiet(GRPOTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
                                     environment_factory=environment_factories(bootcamps),
