@@ -38,11 +38,12 @@ class SdkModelsPolicy(EndpointPolicy):
                            completion_tokens=resp.usage.completion_tokens)
 
 
-def measure(policy: EndpointPolicy, specs: list[EpisodeSpec], concurrency: int) -> tuple[float, int, int]:
-    t0 = time.perf_counter()
+def measure(policy: EndpointPolicy, specs: list[EpisodeSpec], concurrency: int) -> tuple[float, float, int, int]:
+    """(wall seconds, client CPU seconds, calls, episodes solved)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     episodes = asyncio.run(run_episodes(specs, policy, concurrency=concurrency))
-    wall = time.perf_counter() - t0
-    return wall, sum(e.turns for e in episodes), sum(e.success for e in episodes)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return wall, cpu, sum(e.turns for e in episodes), sum(e.success for e in episodes)
 
 
 def main() -> None:
@@ -68,11 +69,12 @@ def main() -> None:
             ("campflow (raw post, httpx)", EndpointPolicy("scripted", base_url=url, transport="httpx")),
             ("SDK create() + models, httpx", SdkModelsPolicy("scripted", base_url=url, transport="httpx")),
         ]:
-            wall, calls, solved = measure(policy, specs, args.concurrency)
+            wall, cpu, calls, solved = measure(policy, specs, args.concurrency)
             ideal = calls * args.latency / args.concurrency
             rows.append((label, wall, ideal, calls, solved))
             print(f"  {label:32s} wall {wall:6.2f}s  ideal {ideal:5.2f}s  ratio {wall / ideal:4.2f}  "
-                  f"calls {calls}  solved {solved}/{len(specs)}", flush=True)
+                  f"client CPU {cpu * 1000 / calls:.2f} ms/call  calls {calls}  solved {solved}/{len(specs)}",
+                  flush=True)
         best = rows[0]
         print(f"RATIO concurrency: wall/ideal = {best[1] / best[2]:.2f} (goal <= 1.3)")
     finally:
