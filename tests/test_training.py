@@ -181,3 +181,31 @@ def test_sft_then_rl_record_the_lineage_base_sft_rl(small) -> None:
     again = train_sft(store, cfg.workspace.path, base.model_id, build.dataset_id, sft_cfg)
     assert again.reused and again.checkpoint.model_id == sft.checkpoint.model_id
     assert rl.metrics["steps"] == 1
+
+
+def test_the_models_own_loss_equals_trls_fused_loss_on_the_same_batch(small, tmp_path) -> None:
+    """campflow's default SFT loss (the model's cross-entropy) is TRL's objective, not a different one."""
+    import datasets
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig
+
+    from campflow.training.sft import checkpointing_arg, sft_trainer
+
+    cfg, store, base = small
+    build = build_sft_dataset(store, cfg.workspace.path, ["teacher"], cfg.training.filter)
+    train = datasets.load_from_disk(str(build.path))
+    tokenizer = AutoTokenizer.from_pretrained(base.path)
+    model = AutoModelForCausalLM.from_pretrained(base.path)
+    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, report_to=[], bf16=False,
+                     use_cpu=True, assistant_only_loss=True, disable_tqdm=True, **checkpointing_arg(SFTConfig, False))
+    ours = sft_trainer(False, model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    trls = sft_trainer(True, model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    batch = next(iter(ours.get_train_dataloader()))
+    assert (batch["labels"] == -100).any() and (batch["labels"] != -100).any()  # assistant-only labels
+    model.train()
+    with torch.no_grad():
+        a = ours.compute_loss(model, dict(batch))
+        b = trls.compute_loss(model, dict(batch))
+    assert torch.isfinite(a) and abs(float(a) - float(b)) < 1e-4 * max(1.0, float(b)), (float(a), float(b))
+    assert ours.tokens_seen == trls.tokens_seen == int(batch["attention_mask"].sum())
