@@ -223,3 +223,28 @@ def test_the_turn_budget_ends_as_max_turns() -> None:
 def test_the_token_budget_ends_as_context_overflow() -> None:
     episode = asyncio.run(run_episode(_spec(), OraclePolicy(), RolloutSettings(max_context_tokens=64)))
     assert episode.termination == Termination.CONTEXT_OVERFLOW
+
+
+def test_the_single_call_fast_path_records_what_the_general_path_does(monkeypatch) -> None:
+    """Turns of one valid native call skip the general parse; the episodes must come out identical
+    (transcript, counts, token estimates, outcome), including tool errors, images and wrong moves."""
+    from campflow.agents.oracle import NoisyOraclePolicy
+    from campflow.rollout import engine
+
+    specs = [EpisodeSpec(b, inst, sample) for b in map(registry.make, registry.names())
+             for inst in [b.generate(level, 7 + level) for level in (1, 2)] for sample in (0, 1)]
+
+    def play() -> list[dict[str, Any]]:
+        policy = NoisyOraclePolicy(p_wrong_move=0.3, p_malformed=0.1, p_wrong_answer=0.2, seed=3)
+        episodes = asyncio.run(engine.run_episodes(specs, policy))
+        return [{k: v for k, v in vars(e).items() if k not in ("wall_s", "latency_s", "_transcript_json")}
+                for e in episodes]
+
+    fast = play()
+    monkeypatch.setattr(engine, "one_native_call", lambda call, tools: None)
+    general = play()
+    assert len(fast) == len(specs) and fast == general
+    assert any(e["invalid_calls"] for e in fast) and any(e["termination"] == Termination.SOLVED for e in fast)
+    messages = [m for e in fast for m in e["transcript"][2:]]
+    assert any(m["role"] == "tool" and m["content"].startswith("Error:") for m in messages)  # tool errors
+    assert any(m["role"] == "user" and isinstance(m["content"], list) for m in messages)  # images

@@ -14,7 +14,8 @@ from campflow.serialization import to_json
 def native_call(action: Action, call_id: str) -> dict[str, Any]:
     """An :class:`Action` as a native OpenAI tool call."""
     return {"id": call_id, "type": "function",
-            "function": {"name": action.name, "arguments": to_json(dict(action.arguments))}}
+            "function": {"name": action.name, "arguments": to_json(
+                action.arguments if type(action.arguments) is dict else dict(action.arguments))}}
 
 
 class OraclePolicy(Policy):

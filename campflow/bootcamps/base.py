@@ -206,7 +206,11 @@ class Tool:
         is also a valid OpenAI tool schema. Bounds and ``extra="forbid"`` are enforced on every call even
         though the schema does not spell them out.
         """
-        return _tool_schema(self)
+        cached = self.__dict__.get("_schema")
+        if cached is None:  # built on first use and kept on the tool (which is frozen, hence object.__setattr__)
+            cached = tool_schema(self.name, self.description, self.args_model)
+            object.__setattr__(self, "_schema", cached)
+        return cached
 
 
 @functools.cache
@@ -218,11 +222,6 @@ def _system_prompt(task: str) -> str:
 def _task_text(doc: str) -> str:
     paragraphs = inspect.cleandoc(doc).split("\n\n")
     return "\n\n".join(p.replace("\n", " ") for p in paragraphs[:2]).strip()
-
-
-@functools.cache
-def _tool_schema(t: Tool) -> dict[str, Any]:
-    return tool_schema(t.name, t.description, t.args_model)
 
 
 def tool(fn: Callable[..., Observation] | None = None, *, final: bool = False) -> Any:

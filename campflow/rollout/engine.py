@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from campflow.agents.base import Policy, TurnContext
+from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.bootcamps.base import Bootcamp, Instance, image_parts
 from campflow.config import RolloutConfig
 from campflow.errors import ContextOverflowError, PolicyError, ToolError
 from campflow.rollout.episode import Episode, Termination
-from campflow.rollout.parsing import ParsedTurn, clean_text, parse_turn
+from campflow.rollout.parsing import ParsedCall, ParsedTurn, clean_text, one_native_call, parse_turn
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,8 @@ class _EpisodeRun:
         self.state = b.new_state(inst)
         self.tools = {t.name: t for t in b.tools(inst)}
         self.schemas = [t.schema() for t in self.tools.values()]
-        self.transcript: list[dict[str, Any]] = [dict(m) for m in b.prompt(inst)]
+        # Message dicts are shared by the two lists and never changed once appended.
+        self.transcript: list[dict[str, Any]] = list(b.prompt(inst))
         self.messages: list[dict[str, Any]] = list(self.transcript)  # what the policy sees
         self._chars = sum(len(_message_text(m)) for m in self.messages)
         self.termination: Termination | None = None
@@ -111,47 +112,60 @@ class _EpisodeRun:
 
     async def play(self) -> None:
         b, inst, s = self.spec.bootcamp, self.spec.instance, self.settings
+        respond, clock, tools = self.policy.respond, time.perf_counter, self.tools
+        ctx = TurnContext(b, inst, self.state, 0, self.spec.sample)  # one per episode; ``turn`` advances
         errors_in_a_row = 0
         for turn in range(self.max_turns):
-            ctx = TurnContext(b, inst, self.state, turn, self.spec.sample)
-            t0 = time.perf_counter()
+            ctx.turn = turn
+            t0 = clock()
             try:
-                reply = await self.policy.respond(self.messages, self.schemas, ctx)
+                reply = await respond(self.messages, self.schemas, ctx)
             except ContextOverflowError as exc:
                 return self.end(Termination.CONTEXT_OVERFLOW, str(exc))
             except PolicyError as exc:
                 return self.end(Termination.INFRA_ERROR, str(exc))
-            self.latency += time.perf_counter() - t0
+            self.latency += clock() - t0
             self.turns += 1
-            content = clean_text(reply.content)
-            self._count_tokens(reply, content)
-            if len(content) > s.max_reply_chars:
-                parsed = ParsedTurn(content=content[: s.max_reply_chars], reasoning=None,
-                                    format_error=f"the reply has {len(content)} characters; at most "
-                                                 f"{s.max_reply_chars} are read")
-            else:
-                parsed = parse_turn(content, reply.tool_calls, self.tools, turn=turn,
-                                    reasoning=reply.reasoning, max_calls=s.max_calls_per_turn)
-            self._record_assistant(parsed)
-            if parsed.format_error or not parsed.calls:
-                self.invalid_calls += len(parsed.calls)
-                note = b.no_tool_call_reply(inst, self.state, parsed.content)
-                if parsed.format_error:
-                    note = f"Error: {parsed.format_error}. {note}"
-                self._add({"role": "user", "content": note})
-                errors_in_a_row += 1
-                if errors_in_a_row >= s.max_consecutive_errors:
-                    return self.end(Termination.FORMAT_ERROR, note)
-            else:
-                if self._execute(parsed):
+            # Most turns are one well-formed native call: run it without the general parse.
+            call = (one_native_call(reply.tool_calls[0], tools)
+                    if not reply.content and reply.reasoning is None and type(reply.tool_calls) is list
+                    and len(reply.tool_calls) == 1 and s.max_calls_per_turn > 0 else None)
+            if call is not None:
+                if self._run_single(call, reply):
                     return None
-                if parsed.has_valid_call:
-                    errors_in_a_row = 0
+                errors_in_a_row = 0
+            else:
+                content = clean_text(reply.content)
+                if len(content) > s.max_reply_chars:
+                    parsed = ParsedTurn(content=content[: s.max_reply_chars], reasoning=None,
+                                        format_error=f"the reply has {len(content)} characters; at most "
+                                                     f"{s.max_reply_chars} are read")
                 else:
+                    parsed = parse_turn(content, reply.tool_calls, tools, turn=turn,
+                                        reasoning=reply.reasoning, max_calls=s.max_calls_per_turn)
+                chars_before = self._chars
+                argument_chars = self._record_assistant(parsed)  # text calls are already in the content
+                self._count_tokens(reply, chars_before,
+                                   len(content) + (argument_chars if parsed.source == "native" else 0))
+                if parsed.format_error or not parsed.calls:
+                    self.invalid_calls += len(parsed.calls)
+                    note = b.no_tool_call_reply(inst, self.state, parsed.content)
+                    if parsed.format_error:
+                        note = f"Error: {parsed.format_error}. {note}"
+                    self._add({"role": "user", "content": note})
                     errors_in_a_row += 1
                     if errors_in_a_row >= s.max_consecutive_errors:
-                        return self.end(Termination.INVALID_TOOL_CALL, parsed.calls[-1].error)
-            if self._over_budget():
+                        return self.end(Termination.FORMAT_ERROR, note)
+                else:
+                    if self._execute(parsed):
+                        return None
+                    if parsed.has_valid_call:
+                        errors_in_a_row = 0
+                    else:
+                        errors_in_a_row += 1
+                        if errors_in_a_row >= s.max_consecutive_errors:
+                            return self.end(Termination.INVALID_TOOL_CALL, parsed.calls[-1].error)
+            if s.max_context_tokens is not None and self._context_tokens > s.max_context_tokens:
                 return self.end(Termination.CONTEXT_OVERFLOW,
                                 f"conversation reached {self._context_tokens} tokens; the budget is "
                                 f"{s.max_context_tokens}")
@@ -159,6 +173,39 @@ class _EpisodeRun:
             if fb:
                 self._add({"role": "user", "content": fb})
         return self.end(Termination.MAX_TURNS, f"no final tool call within {self.max_turns} turns")
+
+    def _run_single(self, call: ParsedCall, reply: PolicyReply) -> bool:
+        """:meth:`_record_assistant` + :meth:`_execute` for a turn of one valid call and no text (the
+        same transcript and counts without the general path's lists, for the turn most replies are;
+        tests/test_malformed_output.py checks both paths agree); True when the episode ended."""
+        cid, name, arguments = call.id, call.name, call.raw_arguments
+        msg = {"role": "assistant", "content": "",
+               "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}]}
+        transcript, messages = self.transcript, self.messages
+        transcript.append(msg)
+        messages.append(msg)
+        self._count_tokens(reply, self._chars, len(arguments))
+        self._chars += len(arguments)
+        self.tool_calls += 1
+        try:
+            obs = self.spec.bootcamp.call(self.spec.instance, self.state, name, call.arguments)
+        except ToolError as exc:
+            self._add_tool(cid, name, f"Error: {exc}")
+            return False
+        text = obs.text
+        if len(text) > self.settings.max_observation_chars:
+            self._add_tool(cid, name, text)
+        else:
+            msg = {"role": "tool", "tool_call_id": cid, "name": name, "content": text}
+            transcript.append(msg)
+            messages.append(msg)
+            self._chars += len(text)
+        if obs.final:
+            self.state.finished = True
+            return True
+        if obs.image is not None:
+            self._add({"role": "user", "content": image_parts(f"Image returned by call {cid}:", obs.image)})
+        return False
 
     def _execute(self, parsed: ParsedTurn) -> bool:
         """Run the turn's calls in order; True when a final tool ended the episode."""
@@ -189,26 +236,38 @@ class _EpisodeRun:
 
     # -- transcript -----------------------------------------------------------------------------
 
-    def _record_assistant(self, parsed: ParsedTurn) -> None:
+    def _record_assistant(self, parsed: ParsedTurn) -> int:
+        """Append the assistant turn; returns the characters of its call arguments."""
         msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
-        calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw_arguments}}
-                 for c in parsed.calls if c.name]
-        if calls:
-            msg["tool_calls"] = calls
-        recorded = dict(msg)
-        if parsed.reasoning:
-            recorded["reasoning_content"] = parsed.reasoning
+        argument_chars = 0
+        if parsed.calls:
+            calls = []
+            for c in parsed.calls:
+                if c.name:
+                    calls.append({"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.raw_arguments}})
+                    argument_chars += len(c.raw_arguments)
+            if calls:
+                msg["tool_calls"] = calls
+        if parsed.reasoning:  # the transcript keeps reasoning; the policy sees it only if it asks to
+            recorded = {**msg, "reasoning_content": parsed.reasoning}
             if self.policy.send_reasoning:
-                msg["reasoning_content"] = parsed.reasoning
+                msg = recorded
+        else:
+            recorded = msg
         self.transcript.append(recorded)
         self.messages.append(msg)
-        self._chars += len(parsed.content) + sum(len(c["function"]["arguments"]) for c in calls)
+        self._chars += len(parsed.content) + argument_chars
+        return argument_chars
 
     def _add_tool(self, call_id: str, name: str, text: str) -> None:
         limit = self.settings.max_observation_chars
         if len(text) > limit:
             text = text[:limit] + f"\n[... truncated, {len(text) - limit} more characters]"
-        self._add({"role": "tool", "tool_call_id": call_id, "name": name, "content": text})
+        message = {"role": "tool", "tool_call_id": call_id, "name": name, "content": text}
+        self.transcript.append(message)
+        self.messages.append(message)
+        self._chars += len(text)
 
     def _add(self, message: dict[str, Any]) -> None:
         self.transcript.append(message)
@@ -220,24 +279,13 @@ class _EpisodeRun:
     _context_tokens = 0
     _chars = 0  # characters of text in self.messages, kept up to date as messages are added
 
-    def _count_tokens(self, reply: Any, content: str) -> None:
-        if reply.prompt_tokens is not None:
-            prompt = reply.prompt_tokens
-        else:  # policies without usage (the oracle): about four characters a token
-            prompt = self._chars // 4
-        if reply.completion_tokens is not None:
-            completion = reply.completion_tokens
-        else:
-            arguments = sum(len(str((c.get("function") or {}).get("arguments") or "")) for c in reply.tool_calls or []
-                            if isinstance(c, dict))
-            completion = (len(content) + arguments) // 4
+    def _count_tokens(self, reply: Any, prompt_chars: int, completion_chars: int) -> None:
+        # Policies without usage (the oracle) are estimated at about four characters a token.
+        prompt = reply.prompt_tokens if reply.prompt_tokens is not None else prompt_chars // 4
+        completion = reply.completion_tokens if reply.completion_tokens is not None else completion_chars // 4
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         self._context_tokens = prompt + completion
-
-    def _over_budget(self) -> bool:
-        limit = self.settings.max_context_tokens
-        return limit is not None and self._context_tokens > limit
 
 
 def _message_text(message: dict[str, Any]) -> str:

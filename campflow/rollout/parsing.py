@@ -51,7 +51,10 @@ class ParsedTurn:
     @property
     def has_valid_call(self) -> bool:
         """Whether at least one call can be executed."""
-        return any(c.error is None for c in self.calls)
+        for c in self.calls:
+            if c.error is None:
+                return True
+        return False
 
 
 def clean_text(text: Any) -> str:
@@ -91,6 +94,10 @@ def parse_turn(
     Native calls win when both are present: endpoints that parse tool calls server-side may leave the
     raw ``<tool_call>`` text in ``content`` as well, and executing both would run every call twice.
     """
+    if not content and reasoning is None and type(native_calls) is list and len(native_calls) == 1 and max_calls > 0:
+        fast = one_native_call(native_calls[0], tools)
+        if fast is not None:
+            return ParsedTurn(content="", reasoning=None, calls=[fast], source="native")
     text = clean_text(content)
     think, text = split_reasoning(text) if "<think>" in text else (None, text)
     reasoning_text = clean_text(reasoning) or think
@@ -144,6 +151,29 @@ def parse_turn(
             break
         turn_result.calls.append(_validate(cid, name, arguments, tools))
     return turn_result
+
+
+def one_native_call(call: Any, tools: Mapping[str, Tool]) -> ParsedCall | None:
+    """The turn most replies are: one well-formed native call to a known tool with valid arguments.
+
+    Returns what the general path of :func:`parse_turn` would, or None for anything else (which then
+    takes the general path). Most turns of a long rollout come through here, so it checks types
+    exactly instead of cleaning and copying.
+    """
+    fn = call.get("function") if type(call) is dict else None
+    if type(fn) is not dict:
+        return None
+    cid, name, raw = call.get("id"), fn.get("name"), fn.get("arguments")
+    if not (type(cid) is str and type(name) is str and type(raw) is str and cid and raw
+            and cid.isascii() and name.isascii() and raw.isascii()):
+        return None
+    tool = tools.get(name)
+    if tool is None:
+        return None
+    try:
+        return ParsedCall(cid, name, raw, arguments=tool.args_model.model_validate_json(raw))
+    except ValidationError:
+        return None
 
 
 def _validate(cid: str, name: str, arguments: Any, tools: Mapping[str, Tool]) -> ParsedCall:
