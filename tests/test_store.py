@@ -67,6 +67,39 @@ def test_a_rewrite_replaces_the_row_of_the_same_run_instance_and_sample(store) -
     assert row == [{"reward": 0.0, "termination": "infra_error"}]
 
 
+def test_a_key_twice_in_one_batch_is_stored_once_the_last_one(store) -> None:
+    first, second = _episodes(n=1)[0], _episodes(n=1, seed=2)[0]
+    second.reward = 0.25
+    assert (first.run_id, first.instance_id, first.sample) == (second.run_id, second.instance_id, second.sample)
+    assert store.write_episodes([first, second]) == 1
+    assert store.query("SELECT episode_id, reward FROM episodes") == [{"episode_id": first.id, "reward": 0.25}]
+
+
+def test_a_store_of_schema_2_migrates_its_episodes_and_upserts_them_after(workspace) -> None:
+    workspace.mkdir(parents=True, exist_ok=True)
+    path = workspace / "v2.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, description VARCHAR, "
+                "applied_at TIMESTAMP DEFAULT current_timestamp)")
+    for version, description, statements in MIGRATIONS[:2]:
+        for stmt in statements:
+            con.execute(stmt)
+        con.execute("INSERT INTO schema_version (version, description) VALUES (?, ?)", [version, description])
+    con.close()
+    old = Store.__new__(Store)  # write through today's code path into the old table, before migrating
+    old.path, old.lock_wait_s = path, 1.0
+    episodes = _episodes(n=5)
+    old.write_episodes(episodes)
+    store = Store(path)
+    assert store.scalar("SELECT max(version) FROM schema_version") == SCHEMA_VERSION
+    assert store.scalar("SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'episodes' "
+                        "AND constraint_type = 'PRIMARY KEY'") == 0
+    assert store.scalar("SELECT count(DISTINCT episode_id) FROM episodes") == len(episodes)
+    store.write_episodes(episodes)
+    assert store.scalar("SELECT count(*) FROM episodes") == len(episodes)
+    assert store.scalar("SELECT count(*) FROM pass_rates") == 2
+
+
 def test_views_answer_pass_rates_and_model_failures_only(store) -> None:
     episodes = _episodes()
     episodes[0].termination, episodes[0].success = "infra_error", False

@@ -67,12 +67,11 @@ class Episode:
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     level: int = 0
-    id: str = ""
+    id: str = field(default="", init=False)  # episode_id(run_id, instance_id, sample): one id per key
     _transcript_json: bytes | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not self.id:
-            self.id = episode_id(self.run_id, self.instance_id, self.sample)
+        self.id = episode_id(self.run_id, self.instance_id, self.sample)
 
     def transcript_json(self) -> bytes:
         """The transcript as UTF-8 JSON (serialized once, then kept)."""

@@ -156,6 +156,38 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             PRIMARY KEY (run_id, bootcamp, cluster_id)
         )""",
     ]),
+    # DuckDB keeps a primary key in an ART index that every insert maintains; for episodes, whose rows
+    # carry KB-sized transcripts and arrive 10^4-10^5 at a time, that was ~20% of writing them. The
+    # (run_id, instance_id, sample_index) key now holds by how Store.write_episodes writes (delete the
+    # batch's keys, insert the batch, one transaction); tests/test_store.py checks it.
+    (3, "episodes without an ART primary-key index", [
+        """CREATE TABLE episodes_v3 (
+            episode_id VARCHAR NOT NULL,
+            run_id VARCHAR NOT NULL,
+            instance_id VARCHAR NOT NULL,
+            bootcamp VARCHAR NOT NULL,
+            level INTEGER,
+            model_id VARCHAR NOT NULL,
+            sample_index INTEGER NOT NULL,
+            reward DOUBLE NOT NULL,
+            success BOOLEAN NOT NULL,
+            termination VARCHAR NOT NULL,
+            turns INTEGER NOT NULL,
+            tool_calls INTEGER NOT NULL,
+            invalid_calls INTEGER NOT NULL,
+            prompt_tokens BIGINT NOT NULL,
+            completion_tokens BIGINT NOT NULL,
+            latency_s DOUBLE NOT NULL,
+            wall_s DOUBLE NOT NULL,
+            transcript JSON NOT NULL,
+            details JSON,
+            error VARCHAR,
+            created_at TIMESTAMP NOT NULL
+        )""",
+        "INSERT INTO episodes_v3 SELECT * FROM episodes",
+        "DROP TABLE episodes",
+        "ALTER TABLE episodes_v3 RENAME TO episodes",
+    ]),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

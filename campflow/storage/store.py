@@ -172,8 +172,22 @@ class Store:
     # -- episodes --------------------------------------------------------------------------------
 
     def write_episodes(self, episodes: Sequence[Episode]) -> int:
-        """Insert or replace episodes by (run id, instance id, sample index), as one Arrow batch."""
-        return self.insert("episodes", episodes_to_arrow(episodes), on_conflict="replace")
+        """Insert or replace episodes by (run id, instance id, sample index), as one Arrow batch.
+
+        One transaction deletes the stored episodes with the batch's keys and inserts the batch, so a key
+        is never stored twice (the table has no primary-key index; see schema migration 3) and a failed
+        write leaves the table as it was. Within a batch, the last episode of a key wins.
+        """
+        if len({e.id for e in episodes}) < len(episodes):  # an id hashes the key: a key twice (rare)
+            episodes = list({(e.run_id, e.instance_id, e.sample): e for e in episodes}.values())
+        rows = episodes_to_arrow(episodes)
+        if rows.num_rows == 0:
+            return 0
+        with self.transaction(_campflow_episodes=rows) as con:
+            con.execute("DELETE FROM episodes USING _campflow_episodes b WHERE episodes.run_id = b.run_id "
+                        "AND episodes.instance_id = b.instance_id AND episodes.sample_index = b.sample_index")
+            con.execute("INSERT INTO episodes BY NAME SELECT * FROM _campflow_episodes")
+        return rows.num_rows
 
     def completed_keys(self, run_id: str) -> set[tuple[str, int]]:
         """(instance id, sample) of a run's episodes that need no re-run (not infra-failed)."""
