@@ -18,7 +18,7 @@ from typing import Any
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.errors import ContextOverflowError, PolicyError
-from campflow.serialization import from_json, to_json
+from campflow.serialization import from_json, to_json_bytes
 
 try:  # the raw response type the SDK accepts as `cast_to`: httpx2 for openai>=3, httpx before
     from httpx2 import Response as _HttpResponse
@@ -91,9 +91,9 @@ class EndpointPolicy(Policy):
         if self.extra_body:
             request.update(self.extra_body)
         try:
-            response = await self._client.post(
-                "/chat/completions", content=to_json(request).encode(),
-                options={"headers": {"Content-Type": "application/json"}}, cast_to=_HttpResponse)
+            # the client's default headers already say Content-Type: application/json
+            response = await self._client.post("/chat/completions", content=to_json_bytes(request),
+                                               cast_to=_HttpResponse)
             body = from_json(response.content)
         except openai.APIStatusError as exc:
             message = _error_message(exc)

@@ -128,7 +128,8 @@ class _EpisodeRun:
             self.turns += 1
             # Most turns are one well-formed native call: run it without the general parse.
             call = (one_native_call(reply.tool_calls[0], tools)
-                    if not reply.content and reply.reasoning is None and type(reply.tool_calls) is list
+                    if (reply.content is None or reply.content == "") and reply.reasoning is None
+                    and type(reply.tool_calls) is list
                     and len(reply.tool_calls) == 1 and s.max_calls_per_turn > 0 else None)
             if call is not None:
                 if self._run_single(call, reply):

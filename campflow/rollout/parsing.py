@@ -94,7 +94,8 @@ def parse_turn(
     Native calls win when both are present: endpoints that parse tool calls server-side may leave the
     raw ``<tool_call>`` text in ``content`` as well, and executing both would run every call twice.
     """
-    if not content and reasoning is None and type(native_calls) is list and len(native_calls) == 1 and max_calls > 0:
+    if ((content is None or content == "") and reasoning is None and type(native_calls) is list
+            and len(native_calls) == 1 and max_calls > 0):
         fast = one_native_call(native_calls[0], tools)
         if fast is not None:
             return ParsedTurn(content="", reasoning=None, calls=[fast], source="native")
