@@ -248,3 +248,19 @@ def test_the_single_call_fast_path_records_what_the_general_path_does(monkeypatc
     messages = [m for e in fast for m in e["transcript"][2:]]
     assert any(m["role"] == "tool" and m["content"].startswith("Error:") for m in messages)  # tool errors
     assert any(m["role"] == "user" and isinstance(m["content"], list) for m in messages)  # images
+
+
+def test_policies_declared_non_suspending_answer_without_yielding_to_the_loop() -> None:
+    """The engine arms no episode timer for ``suspends = False`` policies; that is only sound if their
+    respond() finishes on its first step, without ever giving the event loop control."""
+    from campflow.agents.oracle import NoisyOraclePolicy, WrongAnswerPolicy
+
+    spec = _spec()
+    state = spec.bootcamp.new_state(spec.instance)
+    for policy in (OraclePolicy(), NoisyOraclePolicy(p_malformed=0.5, seed=1), WrongAnswerPolicy()):
+        assert policy.suspends is False
+        for turn in range(5):
+            coro = policy.respond([], [], TurnContext(spec.bootcamp, spec.instance, state, turn, 0))
+            with pytest.raises(StopIteration) as done:
+                coro.send(None)
+            assert isinstance(done.value.value, PolicyReply)

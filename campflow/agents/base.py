@@ -55,6 +55,10 @@ class Policy(ABC):
     model_id: str = "policy"
     #: whether earlier turns' reasoning is sent back to the model (as its chat template does)
     send_reasoning: bool = False
+    #: whether ``respond`` may wait (on a server, a batch, a lock). False for policies that compute the
+    #: reply in-process without awaiting anything: no asyncio timeout can interrupt such an episode, so
+    #: the engine arms no per-episode timer for them (~5-8 us an episode, an oracle turn's worth).
+    suspends: bool = True
 
     @abstractmethod
     async def respond(

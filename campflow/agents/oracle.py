@@ -22,6 +22,7 @@ class OraclePolicy(Policy):
     """Plays each bootcamp's oracle: always correct, reads the live state."""
 
     model_id = "oracle"
+    suspends = False
 
     async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
         action = context.bootcamp.oracle(context.instance, context.state)
@@ -41,6 +42,8 @@ class NoisyOraclePolicy(Policy):
     ``when`` restricts all noise to the instances it accepts. Every decision is drawn from
     ``(seed, instance id, sample, turn)``, so re-runs make the same mistakes.
     """
+
+    suspends = False
 
     def __init__(
         self,
@@ -105,6 +108,7 @@ class WrongAnswerPolicy(Policy):
     """
 
     model_id = "wrong-answer"
+    suspends = False
 
     async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
         b, inst, state = context.bootcamp, context.instance, context.state

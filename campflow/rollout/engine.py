@@ -8,6 +8,7 @@ episode comes back as an :class:`~campflow.rollout.episode.Episode` with a termi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ async def run_episode(
     started = time.perf_counter()
     run = _EpisodeRun(spec, policy, settings)
     try:
-        async with asyncio.timeout(settings.episode_timeout):
+        async with asyncio.timeout(settings.episode_timeout) if policy.suspends else contextlib.nullcontext():
             await run.play()
     except TimeoutError:
         run.end(Termination.TIMEOUT, f"episode exceeded {settings.episode_timeout:g}s")

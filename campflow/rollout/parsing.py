@@ -171,8 +171,8 @@ def one_native_call(call: Any, tools: Mapping[str, Tool]) -> ParsedCall | None:
     tool = tools.get(name)
     if tool is None:
         return None
-    try:
-        return ParsedCall(cid, name, raw, arguments=tool.args_model.model_validate_json(raw))
+    try:  # the model's validator itself: model_validate_json without its keyword handling
+        return ParsedCall(cid, name, raw, tool.args_model.__pydantic_validator__.validate_json(raw))
     except ValidationError:
         return None
 
