@@ -137,36 +137,15 @@ class _EpisodeRun:
                     return None
                 errors_in_a_row = 0
             else:
-                content = clean_text(reply.content)
-                if len(content) > s.max_reply_chars:
-                    parsed = ParsedTurn(content=content[: s.max_reply_chars], reasoning=None,
-                                        format_error=f"the reply has {len(content)} characters; at most "
-                                                     f"{s.max_reply_chars} are read")
+                ended, failure = self._general_turn(reply, turn)
+                if ended:
+                    return None
+                if failure is None:
+                    errors_in_a_row = 0
                 else:
-                    parsed = parse_turn(content, reply.tool_calls, tools, turn=turn,
-                                        reasoning=reply.reasoning, max_calls=s.max_calls_per_turn)
-                chars_before = self._chars
-                argument_chars = self._record_assistant(parsed)  # text calls are already in the content
-                self._count_tokens(reply, chars_before,
-                                   len(content) + (argument_chars if parsed.source == "native" else 0))
-                if parsed.format_error or not parsed.calls:
-                    self.invalid_calls += len(parsed.calls)
-                    note = b.no_tool_call_reply(inst, self.state, parsed.content)
-                    if parsed.format_error:
-                        note = f"Error: {parsed.format_error}. {note}"
-                    self._add({"role": "user", "content": note})
                     errors_in_a_row += 1
                     if errors_in_a_row >= s.max_consecutive_errors:
-                        return self.end(Termination.FORMAT_ERROR, note)
-                else:
-                    if self._execute(parsed):
-                        return None
-                    if parsed.has_valid_call:
-                        errors_in_a_row = 0
-                    else:
-                        errors_in_a_row += 1
-                        if errors_in_a_row >= s.max_consecutive_errors:
-                            return self.end(Termination.INVALID_TOOL_CALL, parsed.calls[-1].error)
+                        return self.end(*failure)
             if s.max_context_tokens is not None and self._context_tokens > s.max_context_tokens:
                 return self.end(Termination.CONTEXT_OVERFLOW,
                                 f"conversation reached {self._context_tokens} tokens; the budget is "
@@ -175,6 +154,34 @@ class _EpisodeRun:
             if fb:
                 self._add({"role": "user", "content": fb})
         return self.end(Termination.MAX_TURNS, f"no final tool call within {self.max_turns} turns")
+
+    def _general_turn(self, reply: PolicyReply, turn: int) -> tuple[bool, tuple[Termination, str | None] | None]:
+        """Parse and run any reply: text calls, several calls, reasoning, malformed output. Returns
+        whether the episode ended, and the termination this turn counts towards if it had no usable call."""
+        b, inst, s = self.spec.bootcamp, self.spec.instance, self.settings
+        content = clean_text(reply.content)
+        if len(content) > s.max_reply_chars:
+            parsed = ParsedTurn(content=content[: s.max_reply_chars], reasoning=None,
+                                format_error=f"the reply has {len(content)} characters; at most "
+                                             f"{s.max_reply_chars} are read")
+        else:
+            parsed = parse_turn(content, reply.tool_calls, self.tools, turn=turn,
+                                reasoning=reply.reasoning, max_calls=s.max_calls_per_turn)
+        chars_before = self._chars
+        argument_chars = self._record_assistant(parsed)  # text calls are already in the content
+        self._count_tokens(reply, chars_before, len(content) + (argument_chars if parsed.source == "native" else 0))
+        if parsed.format_error or not parsed.calls:
+            self.invalid_calls += len(parsed.calls)
+            note = b.no_tool_call_reply(inst, self.state, parsed.content)
+            if parsed.format_error:
+                note = f"Error: {parsed.format_error}. {note}"
+            self._add({"role": "user", "content": note})
+            return False, (Termination.FORMAT_ERROR, note)
+        if self._execute(parsed):
+            return True, None
+        if parsed.has_valid_call:
+            return False, None
+        return False, (Termination.INVALID_TOOL_CALL, parsed.calls[-1].error)
 
     def _run_single(self, call: ParsedCall, reply: PolicyReply) -> bool:
         """:meth:`_record_assistant` + :meth:`_execute` for a turn of one valid call and no text (the
