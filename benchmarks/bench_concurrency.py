@@ -4,7 +4,8 @@ The endpoint runs in its own process (as a real model server would) and answers 
 50 ms. With 64 episodes in flight, the ideal wall time is calls x latency / concurrency; the ratio of
 the measured wall time to that ideal is the client's overhead (goal: <= 1.3). Each timed run includes
 creating the SDK client; importing the SDK, once per process, is timed apart. The same workload also
-runs through the SDK's ``chat.completions.create`` path with pydantic models, side by side.
+runs through the SDK's ``chat.completions.create`` path with pydantic models, and, as a reference for
+what the SDK's request layer costs, through a bare aiohttp session with no SDK, side by side.
 
 Run: python benchmarks/bench_concurrency.py [--episodes 1000] [--latency 0.05] [--concurrency 64]
 """
@@ -37,6 +38,24 @@ class SdkModelsPolicy(EndpointPolicy):
         calls = [c.model_dump() for c in msg.tool_calls] if msg.tool_calls else None
         return PolicyReply(content=msg.content, tool_calls=calls, prompt_tokens=resp.usage.prompt_tokens,
                            completion_tokens=resp.usage.completion_tokens)
+
+
+class BareAiohttpPolicy(EndpointPolicy):
+    """No SDK at all: the same request body on one aiohttp session, no retries, no error mapping. Not
+    something campflow ships; it shows how much of the client's CPU is the SDK's request layer."""
+
+    async def respond(self, messages, tools, context):  # type: ignore[override]
+        import aiohttp
+
+        from campflow.agents.endpoint import _reply_from_body
+        from campflow.serialization import from_json, to_json_bytes
+
+        if self._client is None:
+            self._client = aiohttp.ClientSession(base_url=self.base_url.rstrip("/") + "/")
+        body = to_json_bytes({"model": self.model, "messages": list(messages), "tools": list(tools), **self.sampling})
+        async with self._client.post("chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"}) as response:
+            return _reply_from_body(from_json(await response.read()), self._where())
 
 
 def measure(policy: EndpointPolicy, specs: list[EpisodeSpec], concurrency: int) -> tuple[float, float, int, int]:
@@ -72,6 +91,7 @@ def main() -> None:
             ("campflow (raw post, aiohttp)", EndpointPolicy("scripted", base_url=url, transport="aiohttp")),
             ("campflow (raw post, httpx)", EndpointPolicy("scripted", base_url=url, transport="httpx")),
             ("SDK create() + models, httpx", SdkModelsPolicy("scripted", base_url=url, transport="httpx")),
+            ("no SDK: bare aiohttp (reference)", BareAiohttpPolicy("scripted", base_url=url)),
         ]:
             wall, cpu, calls, solved = measure(policy, specs, args.concurrency)
             ideal = calls * args.latency / args.concurrency
