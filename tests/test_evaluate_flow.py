@@ -32,7 +32,11 @@ def _config(workspace, url: str, **extra):
 def test_a_hundred_episodes_through_the_openai_client_land_in_the_store(workspace) -> None:
     with ScriptedEndpoint(_script(50)) as server:
         summary = evaluate(_config(workspace, server.url), run_id="healthy")
-        requests = server.requests
+        requests, headers = server.requests, {k.lower(): v for k, v in server.last_headers.items()}
+    # what the endpoint sees: JSON with the key; the SDK's platform telemetry headers are left out
+    assert headers["content-type"] == "application/json" and headers["authorization"].startswith("Bearer ")
+    assert not [h for h in headers if h.startswith("x-stainless-") and h not in
+                ("x-stainless-retry-count", "x-stainless-read-timeout")], headers
     store = Store(workspace / "campflow.duckdb")
     rows = store.query("SELECT termination, transcript, turns FROM episodes WHERE run_id = 'healthy'")
     assert len(rows) == 100 and summary.ran == 100

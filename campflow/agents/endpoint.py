@@ -25,6 +25,12 @@ try:  # the raw response type the SDK accepts as `cast_to`: httpx2 for openai>=3
 except ImportError:  # pragma: no cover
     from httpx import Response as _HttpResponse
 
+# The SDK's telemetry headers (language, OS, arch, runtime): no server needs them, and every header is
+# copied and normalized several times per request on the client; leaving these seven out measured
+# 15-25% less client CPU per call (benchmarks/bench_concurrency.py). `openai.omit` is the SDK's own way
+# to drop a default header.
+_PLATFORM_HEADERS = ("X-Stainless-Lang", "X-Stainless-Package-Version", "X-Stainless-OS", "X-Stainless-Arch",
+                     "X-Stainless-Runtime", "X-Stainless-Runtime-Version", "X-Stainless-Async")
 _CONTEXT_MARKERS = ("context length", "context_length", "context window", "maximum context", "too many tokens")
 
 
@@ -75,7 +81,8 @@ class EndpointPolicy(Policy):
         import openai  # deferred: `campflow --help` should not pay for the SDK
 
         kwargs: dict[str, Any] = {"api_key": self.api_key, "base_url": self.base_url,
-                                  "timeout": self.timeout, "max_retries": self.max_retries}
+                                  "timeout": self.timeout, "max_retries": self.max_retries,
+                                  "default_headers": {h: openai.omit for h in _PLATFORM_HEADERS}}
         if self.transport == "aiohttp":
             kwargs["http_client"] = openai.DefaultAioHttpClient(timeout=self.timeout)
         return openai.AsyncOpenAI(**kwargs)

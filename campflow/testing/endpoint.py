@@ -23,7 +23,7 @@ import json
 import random
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -121,6 +121,7 @@ class ScriptedEndpoint:
         self.model = model
         self.rng = random.Random(seed)
         self.requests = self.failures = self.stalls = 0
+        self.last_headers: Mapping[str, str] = {}  # of the latest chat-completions request
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -134,6 +135,7 @@ class ScriptedEndpoint:
 
     async def _completions(self, request: web.Request) -> web.Response:
         self.requests += 1
+        self.last_headers = request.headers
         body = from_json(await request.read())
         roll = self.rng.random()
         if roll < self.fail_rate:
