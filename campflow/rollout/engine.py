@@ -128,10 +128,7 @@ class _EpisodeRun:
             self.latency += clock() - t0
             self.turns += 1
             # Most turns are one well-formed native call: run it without the general parse.
-            call = (one_native_call(reply.tool_calls[0], tools)
-                    if (reply.content is None or reply.content == "") and reply.reasoning is None
-                    and type(reply.tool_calls) is list
-                    and len(reply.tool_calls) == 1 and s.max_calls_per_turn > 0 else None)
+            call = one_native_call(reply.content, reply.tool_calls, reply.reasoning, tools, s.max_calls_per_turn)
             if call is not None:
                 if self._run_single(call, reply):
                     return None

@@ -94,11 +94,9 @@ def parse_turn(
     Native calls win when both are present: endpoints that parse tool calls server-side may leave the
     raw ``<tool_call>`` text in ``content`` as well, and executing both would run every call twice.
     """
-    if ((content is None or content == "") and reasoning is None and type(native_calls) is list
-            and len(native_calls) == 1 and max_calls > 0):
-        fast = one_native_call(native_calls[0], tools)
-        if fast is not None:
-            return ParsedTurn(content="", reasoning=None, calls=[fast], source="native")
+    fast = one_native_call(content, native_calls, reasoning, tools, max_calls)
+    if fast is not None:
+        return ParsedTurn(content="", reasoning=None, calls=[fast], source="native")
     text = clean_text(content)
     think, text = split_reasoning(text) if "<think>" in text else (None, text)
     reasoning_text = clean_text(reasoning) or think
@@ -154,13 +152,20 @@ def parse_turn(
     return turn_result
 
 
-def one_native_call(call: Any, tools: Mapping[str, Tool]) -> ParsedCall | None:
-    """The turn most replies are: one well-formed native call to a known tool with valid arguments.
+def one_native_call(
+    content: Any, native_calls: Any, reasoning: Any, tools: Mapping[str, Tool], max_calls: int = 8,
+) -> ParsedCall | None:
+    """The turn most replies are: no text, no reasoning, one well-formed native call to a known tool
+    with valid arguments.
 
     Returns what the general path of :func:`parse_turn` would, or None for anything else (which then
     takes the general path). Most turns of a long rollout come through here, so it checks types
     exactly instead of cleaning and copying.
     """
+    if not ((content is None or content == "") and reasoning is None and type(native_calls) is list
+            and len(native_calls) == 1 and max_calls > 0):
+        return None
+    call = native_calls[0]
     fn = call.get("function") if type(call) is dict else None
     if type(fn) is not dict:
         return None
