@@ -75,6 +75,16 @@ def test_a_key_twice_in_one_batch_is_stored_once_the_last_one(store) -> None:
     assert store.query("SELECT episode_id, reward FROM episodes") == [{"episode_id": first.id, "reward": 0.25}]
 
 
+def test_a_rewrite_that_fails_leaves_the_stored_episode_as_it_was(store) -> None:
+    e = _episodes(n=1)[0]
+    store.write_episodes([e])
+    before = store.query("SELECT * FROM episodes")
+    e.reward, e.model_id = 0.5, None  # NOT NULL: the insert fails after the delete of the old row
+    with pytest.raises(duckdb.ConstraintException):
+        store.write_episodes([e])
+    assert store.query("SELECT * FROM episodes") == before and len(before) == 1
+
+
 def test_a_store_of_schema_2_migrates_its_episodes_and_upserts_them_after(workspace) -> None:
     workspace.mkdir(parents=True, exist_ok=True)
     path = workspace / "v2.duckdb"
