@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
-from campflow.bootcamps.base import Bootcamp, Instance, image_parts
+from campflow.bootcamps.base import Bootcamp, Instance
+from campflow.bootcamps.messages import content_text, image_parts
 from campflow.config import RolloutConfig
 from campflow.errors import ContextOverflowError, PolicyError, ToolError
 from campflow.rollout.episode import RETRYABLE, Episode, Termination
@@ -295,12 +296,7 @@ class _EpisodeRun:
 
 
 def _message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
+    return content_text(message.get("content"), image="")  # images are not counted as characters
 
 
 async def run_episodes(
