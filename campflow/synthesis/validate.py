@@ -26,12 +26,12 @@ import pyarrow as pa
 
 from campflow.agents.base import Policy
 from campflow.bootcamps import registry
-from campflow.bootcamps.base import Bootcamp, Instance, Params, canonical_json
+from campflow.bootcamps.base import Bootcamp, Instance, Params
 from campflow.bootcamps.splits import TRAIN_SEED_LIMIT
 from campflow.config import SynthesisConfig
 from campflow.errors import CampflowError
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, rollout
-from campflow.serialization import to_json
+from campflow.serialization import canonical_json, to_json
 from campflow.storage.store import Store, instances_to_arrow, now
 from campflow.synthesis.proposals import Proposal
 
