@@ -34,6 +34,11 @@ class InvalidParamsError(CampflowError, ValueError):
     exit_code = 2
 
 
+class ContractError(CampflowError):
+    """A bootcamp breaks the bootcamp contract (:mod:`campflow.bootcamps.contract`): an unsolved level, an
+    unbounded wrong answer, nondeterministic generation."""
+
+
 class ToolError(CampflowError):
     """A tool call the world refuses (a wall, a missing file, a bad expression).
 

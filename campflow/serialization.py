@@ -25,6 +25,12 @@ def to_json_bytes(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "replace")
 
 
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys, no spaces and ASCII only: the form that content hashes (instance ids,
+    variant ids) are taken over, so it must never change."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
 def from_json(data: str | bytes) -> Any:
     """Parse JSON text: orjson, or the standard library where orjson refuses valid-but-odd JSON such as
     escaped lone surrogates (``"\\ud800"``), which servers relaying broken model output do send."""

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from campflow.agents.oracle import OraclePolicy, WrongAnswerPolicy
+from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.bootcamps.base import Action
 from campflow.errors import ImportSourceError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from tests.policies import WrongAnswerPolicy
 
 # Shaped like InternBootcamp's Basebootcamp subclasses: knobs in __init__, an instance-method
 # case_generator using the global `random`, static prompt_func and extract_output, and a classmethod

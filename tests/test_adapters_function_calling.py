@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy, WrongAnswerPolicy
+from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy
 from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.bootcamps.base import Action
 from campflow.errors import ImportSourceError, InvalidParamsError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from tests.policies import WrongAnswerPolicy
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city.",

@@ -6,13 +6,14 @@ import asyncio
 import random
 import pytest
 
-from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy, WrongAnswerPolicy
+from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy
 from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.bootcamps.adapters.gym_envs import GymBootcamp
 from campflow.bootcamps.base import Action
 from campflow.errors import ImportSourceError, InvalidParamsError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from tests.policies import WrongAnswerPolicy
 
 pytest.importorskip("gymnasium")
 

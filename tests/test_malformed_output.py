@@ -253,7 +253,8 @@ def test_the_single_call_fast_path_records_what_the_general_path_does(monkeypatc
 def test_policies_declared_non_suspending_answer_without_yielding_to_the_loop() -> None:
     """The engine arms no episode timer for ``suspends = False`` policies; that is only sound if their
     respond() finishes on its first step, without ever giving the event loop control."""
-    from campflow.agents.oracle import NoisyOraclePolicy, WrongAnswerPolicy
+    from campflow.agents.oracle import NoisyOraclePolicy
+    from tests.policies import WrongAnswerPolicy
 
     spec = _spec()
     state = spec.bootcamp.new_state(spec.instance)

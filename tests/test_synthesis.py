@@ -14,7 +14,7 @@ from aiohttp import web
 from pydantic import Field
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
-from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy, WrongAnswerPolicy, native_call
+from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy, native_call
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
@@ -33,6 +33,7 @@ from campflow.synthesis.validate import RejectKind, ValidationSettings, validate
 from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
 from tests.conftest import run_cli
 from tests.planted import RUN_ID, in_planted_region, planted_policy, record_planted_run
+from tests.policies import WrongAnswerPolicy
 
 # ---------------------------------------------------------------------------------------------
 # A tiny test-only bootcamp whose generation fails for some valid params and whose oracle runs out

@@ -11,6 +11,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from campflow.bootcamps.messages import content_text
+
 
 class UnrenderableTranscript(ValueError):
     """A transcript that cannot become training text (e.g. a tool call whose arguments are not JSON)."""
@@ -26,7 +28,7 @@ def template_messages(transcript: Sequence[dict[str, Any]], *, strict: bool = Tr
     out: list[dict[str, Any]] = []
     for message in transcript:
         role = message["role"]
-        content = text_of(message.get("content"))
+        content = content_text(message.get("content"))
         if role == "assistant":
             msg: dict[str, Any] = {"role": "assistant", "content": content}
             calls = []
@@ -43,21 +45,6 @@ def template_messages(transcript: Sequence[dict[str, Any]], *, strict: bool = Tr
         else:
             out.append({"role": role, "content": content})
     return out
-
-
-def text_of(content: Any) -> str:
-    """The text of a message's content (a string, or content parts whose images become a note)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts = []
-    for part in content:
-        if part.get("type") == "text":
-            parts.append(part.get("text", ""))
-        elif part.get("type") in ("image_url", "image"):
-            parts.append("[image]")
-    return "\n".join(parts)
 
 
 def _arguments(raw: Any, strict: bool) -> Any:

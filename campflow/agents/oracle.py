@@ -100,18 +100,3 @@ def _malformed(action: Action, call_id: str, rng: random.Random) -> PolicyReply:
         args = {"unexpected": 1}
     return PolicyReply(tool_calls=[native_call(Action(action.name, args), call_id)])
 
-
-class WrongAnswerPolicy(Policy):
-    """Ends every episode as early as it can with a wrong final answer (scores 0, or the bootcamp's bound).
-
-    Until the bootcamp offers a wrong final action it follows the oracle; most offer one at once.
-    """
-
-    model_id = "wrong-answer"
-    suspends = False
-
-    async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
-        b, inst, state = context.bootcamp, context.instance, context.state
-        rng = random.Random(f"wrong:{inst.id}:{context.sample}:{context.turn}")
-        action = b.wrong_answer(inst, state, rng) or b.oracle(inst, state)
-        return PolicyReply(tool_calls=[native_call(action, f"call_{context.turn}_0")])

@@ -12,6 +12,7 @@ import math
 import operator
 from collections.abc import Callable
 
+from campflow.bootcamps.messages import clip
 from campflow.errors import ToolError
 
 MAX_EXPRESSION_CHARS = 200
@@ -41,7 +42,7 @@ def evaluate(expression: str) -> int | float:
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError):
-        raise ToolError(f"cannot parse {_clip(text)!r} as arithmetic; use numbers, + - * / ( )") from None
+        raise ToolError(f"cannot parse {clip(text, 63)!r} as arithmetic; use numbers, + - * / ( )") from None
     nodes = sum(1 for _ in ast.walk(tree))
     if nodes > MAX_NODES:
         raise ToolError(f"expression has {nodes} parts; at most {MAX_NODES} are allowed")
@@ -82,7 +83,3 @@ def _bounded(value: int | float | complex) -> int | float:
     if abs(value) > MAX_MAGNITUDE:
         raise ToolError(f"result exceeds {MAX_MAGNITUDE:.0e}")
     return value
-
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."

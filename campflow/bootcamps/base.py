@@ -1,36 +1,50 @@
-"""The bootcamp interface: four layers and an oracle.
+"""The bootcamp interface: four layers and an oracle. This file is all you need to write a bootcamp.
 
 A *bootcamp* is one family of agent tasks. Writing one means subclassing :class:`Bootcamp` and filling
-in four small layers, each testable on its own:
+in four small layers, each testable on its own, plus an oracle:
 
-1. **Instruction generation** -- :meth:`Bootcamp.build` turns validated params and a seed into the
-   *identity* of one instance (a JSON-able dict: the maze, the numbers, the hidden word), and
-   :meth:`Bootcamp.prompt` renders that identity as chat messages. :meth:`Bootcamp.generate` wraps
-   ``build`` and gives the instance its content-hash id; never override it.
-2. **Tools** -- methods decorated with :func:`tool`. Each takes ``(instance, state, args)`` where
-   ``args`` is a validated pydantic model, and returns an :class:`Observation` (text, optionally a PNG
-   image). The mutable world of one episode lives in the state object returned by
-   :meth:`Bootcamp.new_state`; tools never touch the host, the network or the store. A call the world
-   refuses raises :class:`~campflow.errors.ToolError` *before* changing anything.
-3. **Interaction control** -- :meth:`Bootcamp.max_turns`, :meth:`Bootcamp.no_tool_call_reply` and
-   :meth:`Bootcamp.feedback` decide the turn budget and what the environment says between turns. An
-   episode ends when a tool returns ``Observation(final=True)`` (submit, done, checkout), when the turn
-   budget is spent, or when the engine gives up on the model's output.
-4. **Reward** -- :meth:`Bootcamp.score` returns a :class:`Score`: a reward in [0, 1], whether the task
-   counts as solved, and details (including a short ``reason`` for failures, which failure mining
-   uses). It must be deterministic and verifiable from the identity, state and transcript alone.
+1. **Instruction generation** -- :meth:`~Bootcamp.build` makes the *identity* of one instance (a
+   JSON-able dict) from params and a seeded rng; :meth:`~Bootcamp.prompt` poses it as chat messages.
+2. **Tools** -- methods marked :func:`tool`, acting on the episode's world (:meth:`~Bootcamp.new_state`).
+3. **Interaction control** -- :meth:`~Bootcamp.max_turns`, :meth:`~Bootcamp.no_tool_call_reply`,
+   :meth:`~Bootcamp.feedback`: the turn budget and what the environment says between turns.
+4. **Reward** -- :meth:`~Bootcamp.score`: reward in [0, 1], success, and a failure ``reason``.
+5. **Oracle** -- :meth:`~Bootcamp.oracle`, the next correct action from any live state: it proves
+   instances solvable, teaches SFT and makes tests exact. :meth:`~Bootcamp.wrong_answer` and
+   :meth:`~Bootcamp.perturb` let test and demo policies fail on purpose.
 
-Every bootcamp also ships an **oracle**: :meth:`Bootcamp.oracle` returns the next correct action for a
-live state. It proves instances solvable, is the teacher for SFT, and makes tests exact. Two helpers
-let test and demo policies fail on purpose: :meth:`Bootcamp.perturb` (a plausible wrong step) and
-:meth:`Bootcamp.wrong_answer` (a final action that scores 0).
+The values they pass (defined in :mod:`campflow.bootcamps.values`, imported from here):
+:class:`Params` (bounded, described knobs; ``level`` included), :class:`Instance` (``id``, ``params``,
+``seed``, ``data`` = the identity), :class:`State` (``finished``, ``answer`` and your own fields),
+:class:`ToolArgs` / :class:`NoArgs` (a tool's arguments), :class:`Action` (``name``, ``arguments``),
+:class:`Observation` (``text``, ``image`` PNG bytes or None, ``final``) and :class:`Score` (``reward``,
+``success``, ``details``).
 
-Minimal example::
+A complete bootcamp (``tests/test_base_example.py`` runs exactly this text and holds it to the
+contract; its class docstring is quoted with ``'''`` only because it sits inside this one)::
+
+    from pydantic import Field
+
+    from campflow.bootcamps import registry
+    from campflow.bootcamps.base import Action, Bootcamp, Observation, Params, Score, State, ToolArgs, tool
+
 
     class EchoParams(Params):
         length: int = Field(3, ge=1, le=20, description="letters in the word")
 
+
+    class AnswerArgs(ToolArgs):
+        answer: str = Field(description="the word, exactly as it was given")
+
+
     class Echo(Bootcamp[EchoParams, State]):
+        '''Repeat a word.
+
+        You are given a word. Submit it, exactly as given, with `submit`.
+
+        Levels lengthen the word. Reward is 1 for the exact word, else 0 (reason `mismatch`).
+        '''
+
         name = "echo"
         version = "1"
         params_model = EchoParams
@@ -50,7 +64,7 @@ Minimal example::
             return Observation("Submitted.", final=True)
 
         def score(self, instance, state, transcript):
-            ok = state.answer == instance.data["word"]
+            ok = state.answer == instance.data["word"]  # state.answer is None if nothing was submitted
             return Score(float(ok), ok, {} if ok else {"reason": "mismatch"})
 
         def oracle(self, instance, state):
@@ -58,159 +72,97 @@ Minimal example::
 
         def wrong_answer(self, instance, state, rng):
             return Action("submit", {"answer": instance.data["word"] + "x"})
+
+
+    registry.register("echo", Echo)
+    echo = registry.make("echo")
+    state, score = echo.solve(echo.generate(2, seed=7))  # level 2, seed 7: the same instance every time
+    assert score.success
+
+**Registering.** ``registry.register("echo", Echo)`` names a class in this process;
+``register("echo", "mypackage.echo:Echo")`` imports it lazily by dotted path (which also works in
+worker processes); ``registry.make("echo")`` builds it once per process (see
+:mod:`campflow.bootcamps.registry`). The commands know the built-in bootcamps (``registry.BUILTIN``)
+and imported ones (``campflow import``). :mod:`campflow.bootcamps.contract` checks what every bootcamp
+must do: the oracle solves every level, wrong endings stay within :attr:`~Bootcamp.wrong_answer_bound`,
+generation is deterministic.
+
+**An episode.** The engine calls :meth:`~Bootcamp.new_state` and :meth:`~Bootcamp.prompt`; then each
+turn the agent replies, each tool call is validated against its ``args`` model and run (a
+:class:`~campflow.errors.ToolError` reaches the agent as ``Error: <message>``), images of non-final
+observations follow as a user message, then :meth:`~Bootcamp.feedback`. It ends with a final tool
+(``solved`` or ``wrong_answer``), the turn budget spent (``max_turns``), ``rollout.max_consecutive_errors``
+unusable replies in a row (``format_error``, ``invalid_tool_call``) or an outgrown context
+(``context_overflow``). :meth:`~Bootcamp.score` runs after *every* one of these endings -- then
+``state.finished`` is False and ``state.answer`` still None -- and only infrastructure failures and
+timeouts go unscored. Any other exception from a tool or from ``score`` is a bug in the bootcamp: the
+episode is recorded as ``infra_error``, never blamed on the model.
+
+**The system prompt** is :attr:`~Bootcamp.system_prompt` where a bootcamp sets it, else
+:data:`SYSTEM_PREAMBLE`, a blank line and :meth:`~Bootcamp.describe_task`: the first two paragraphs of
+the class docstring (a one-line summary, then what the agent must know). Later paragraphs are for
+developers (levels, reward; ``campflow bootcamps show`` prints them).
+
+**Versions.** An instance id hashes (name, version, params, seed). Bump :attr:`~Bootcamp.version`
+whenever what an instance means changes -- ``build``, the prompt (system prompt and those docstring
+paragraphs included), the tools, the reward -- so old ids and results stop matching new ones.
 """
 
 from __future__ import annotations
 
-import base64
 import functools
-import hashlib
 import inspect
-import json
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar, get_type_hints
+from typing import Any, ClassVar, Generic, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from campflow.bootcamps.schemas import tool_schema
+from campflow.bootcamps.schemas import Tool, clean_schema
+from campflow.bootcamps.values import (
+    Action, Instance, NoArgs, Observation, P, Params, S, Score, State, ToolArgs, format_validation_error,
+    instance_id,
+)
 from campflow.errors import InvalidParamsError
 
-# ----------------------------------------------------------------------------------------------
-# Data types
+__all__ = [
+    "SYSTEM_PREAMBLE", "Action", "Bootcamp", "Instance", "NoArgs", "Observation", "Params", "Score", "State",
+    "Tool", "ToolArgs", "format_validation_error", "instance_id", "tool",
+]
 
 
-class Params(BaseModel):
-    """Base of every bootcamp's params model: the difficulty and variant knobs of one instance.
+def tool(fn: Callable[..., Observation] | None = None, *, final: bool = False) -> Any:
+    """Mark a bootcamp method as a tool: ``@tool`` or ``@tool(final=True)``.
 
-    Subclasses add fields with bounds (``Field(ge=..., le=...)``) and a one-line description each;
-    the synthesizer proposes values of exactly this schema, so bounds are the contract.
+    The method's name is the tool's name, the first paragraph of its docstring the description the
+    agent reads, and the annotation of its ``args`` parameter (a :class:`ToolArgs` subclass) the
+    argument schema. A tool method is called as ``method(instance, state, args)``:
+
+    Args:
+        instance: the episode's :class:`Instance` (read it, never change it).
+        state: the episode's world (the object :meth:`Bootcamp.new_state` made); the tool may change it.
+        args: the call's arguments, already validated against the ``args`` annotation.
+
+    Returns:
+        An :class:`Observation`. ``final=True`` on the decorator marks tools that may end the episode
+        (submit, done, checkout); the episode ends when such a tool returns ``Observation(final=True)``.
+        Put what was submitted where :meth:`Bootcamp.score` reads it (``state.answer`` by convention).
+
+    Raises:
+        ToolError: when the world refuses the call (a wall, a missing file, a bad expression), raised
+            *before* changing anything. The agent reads ``Error: <message>`` and the episode goes on.
+            Tools never touch the host, the network or the store.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    def mark(f: Callable[..., Observation]) -> Callable[..., Observation]:
+        f.__campflow_tool__ = {"final": final}  # type: ignore[attr-defined]
+        return f
 
-    level: int = Field(1, ge=1, le=10, description="difficulty tier these params belong to")
-
-
-class ToolArgs(BaseModel):
-    """Base of every tool's argument model: unknown arguments are an error, not silently dropped."""
-
-    model_config = ConfigDict(extra="forbid")
+    return mark(fn) if fn is not None else mark
 
 
-class NoArgs(ToolArgs):
-    """Arguments of a tool that takes none."""
-
-
-P = TypeVar("P", bound=Params)
-
-
-@dataclass
-class State:
-    """The mutable world of one episode. Bootcamps subclass it with their own fields.
-
-    ``finished`` is set by the engine when a final tool returns; ``answer`` is where submit-style
-    tools put what was submitted.
-    """
-
-    finished: bool = False
-    answer: Any = None
-
-
-S = TypeVar("S", bound=State)
-
-
-@dataclass(frozen=True)
-class Instance(Generic[P]):
-    """One task: the params and seed it came from, the generated identity and its content-hash id.
-
-    ``data`` is JSON-able and fully determines the task; ``id`` is a hash of (bootcamp, version,
-    params, seed), so the same id always means the same task.
-    """
-
-    id: str
-    bootcamp: str
-    version: str
-    params: P
-    seed: int
-    data: Mapping[str, Any]
-
-    @property
-    def level(self) -> int:
-        """The difficulty tier of this instance's params."""
-        return self.params.level
-
-
-@dataclass
-class Observation:
-    """What a tool call returns to the agent.
-
-    Attributes:
-        text: the observation as text (always present; for vision bootcamps a caption).
-        image: PNG bytes shown to the agent as an image content part, or None.
-        final: True when this call ends the episode (submit, done, checkout).
-    """
-
-    text: str
-    image: bytes | None = None
-    final: bool = False
-
-
-@dataclass(frozen=True)
-class Action:
-    """A tool call as the oracle (or a test policy) means it: a tool name and its arguments."""
-
-    name: str
-    arguments: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Score:
-    """The reward layer's verdict on one episode.
-
-    Attributes:
-        reward: in [0, 1]; partial credit where the task has natural parts.
-        success: whether the task counts as solved.
-        details: JSON-able specifics; on failure include ``reason`` (a short slug such as ``carry``,
-            ``wrong_cell``), which failure mining turns into the category ``wrong_answer:<reason>``.
-    """
-
-    reward: float
-    success: bool
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.reward <= 1.0:
-            raise ValueError(f"reward must lie in [0, 1], got {self.reward!r}")
-
-
-# ----------------------------------------------------------------------------------------------
-# Tools
-
-
-@dataclass(frozen=True)
-class Tool:
-    """A tool the agent can call: its name, description, argument model and whether it ends the episode."""
-
-    name: str
-    description: str
-    args_model: type[ToolArgs]
-    final: bool = False
-    method: Callable[..., Observation] | None = None
-
-    def schema(self) -> dict[str, Any]:
-        """The function-calling schema of this tool (built once; treat it as read-only).
-
-        Written in the layout of transformers' ``get_json_schema`` (see campflow.bootcamps.schemas), which
-        is also a valid OpenAI tool schema. Bounds and ``extra="forbid"`` are enforced on every call even
-        though the schema does not spell them out.
-        """
-        cached = self.__dict__.get("_schema")
-        if cached is None:  # built on first use and kept on the tool (which is frozen, hence object.__setattr__)
-            cached = tool_schema(self.name, self.description, self.args_model)
-            object.__setattr__(self, "_schema", cached)
-        return cached
+def _first_paragraph(doc: str | None) -> str:
+    return inspect.cleandoc(doc or "").split("\n\n")[0].replace("\n", " ").strip()
 
 
 @functools.cache
@@ -224,37 +176,6 @@ def _task_text(doc: str) -> str:
     return "\n\n".join(p.replace("\n", " ") for p in paragraphs[:2]).strip()
 
 
-def tool(fn: Callable[..., Observation] | None = None, *, final: bool = False) -> Any:
-    """Mark a bootcamp method as a tool.
-
-    The method's name is the tool's name, the first paragraph of its docstring the description, and
-    the annotation of its ``args`` parameter (a :class:`ToolArgs` subclass) the argument schema.
-    ``final=True`` marks tools that end the episode (submit, done, checkout).
-    """
-
-    def mark(f: Callable[..., Observation]) -> Callable[..., Observation]:
-        f.__campflow_tool__ = {"final": final}  # type: ignore[attr-defined]
-        return f
-
-    return mark(fn) if fn is not None else mark
-
-
-def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """Drop pydantic's ``title`` keys, which only add tokens to every prompt."""
-    if isinstance(schema, dict):
-        return {k: _clean_schema(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
-    if isinstance(schema, list):
-        return [_clean_schema(v) for v in schema]
-    return schema
-
-
-def _first_paragraph(doc: str | None) -> str:
-    return inspect.cleandoc(doc or "").split("\n\n")[0].replace("\n", " ").strip()
-
-
-# ----------------------------------------------------------------------------------------------
-# The base class
-
 SYSTEM_PREAMBLE = (
     "You are an agent solving a task by calling tools. Call exactly the tools you are given, with "
     "arguments that match their schemas. Keep calling tools until the task is done."
@@ -264,16 +185,25 @@ SYSTEM_PREAMBLE = (
 class Bootcamp(Generic[P, S]):
     """One family of agent tasks, behind four layers (see the module docstring).
 
+    The methods a bootcamp writes share their arguments: ``instance`` is the episode's
+    :class:`Instance` (read it, never change it: ``instance.data`` is shared by every episode of the
+    instance), ``state`` the episode's world (the object :meth:`new_state` made), and ``rng`` a
+    ``random.Random`` seeded by the caller, the only randomness allowed.
+
     Class attributes a subclass sets:
         name: registry name, lowercase (``"calculator"``).
-        version: bump when generation changes, so old instance ids stop matching.
+        version: bump when what an instance means changes (generation, prompt, tools, reward), so old
+            instance ids stop matching.
         modality: ``"text"`` or ``"vision"``.
         params_model: the :class:`Params` subclass of this bootcamp.
-        levels: difficulty presets, level number -> params (at least three).
+        levels: difficulty presets, level number -> params (at least three, each with its own
+            ``level``).
         state_model: the :class:`State` subclass (default :class:`State`).
         default_max_turns: turn budget unless :meth:`max_turns` says otherwise.
         wrong_answer_bound: the most reward :meth:`wrong_answer` can earn (0 unless partial credit
-            makes a wrong final answer worth something); the property tests hold every bootcamp to it.
+            makes a wrong final answer worth something); the contract holds every bootcamp to it.
+        system_prompt: the system message of every prompt :meth:`chat` builds. None (the default):
+            :data:`SYSTEM_PREAMBLE`, a blank line and :meth:`describe_task`.
     """
 
     name: ClassVar[str]
@@ -284,6 +214,7 @@ class Bootcamp(Generic[P, S]):
     state_model: ClassVar[type[State]] = State
     default_max_turns: ClassVar[int] = 10
     wrong_answer_bound: ClassVar[float] = 0.0
+    system_prompt: ClassVar[str | None] = None
 
     _tools: ClassVar[dict[str, Tool]]
 
@@ -308,7 +239,7 @@ class Bootcamp(Generic[P, S]):
     # -- instruction generation -----------------------------------------------------------------
 
     def params(self, value: Params | Mapping[str, Any] | int | None = None) -> P:
-        """Validate params: a params object, a dict of knobs, a level number, or None (level 1).
+        """Validate params: a params object, a dict of knobs, a level number, or None (the lowest level).
 
         Raises:
             InvalidParamsError: naming the bad key, the value and what was expected.
@@ -337,32 +268,59 @@ class Bootcamp(Generic[P, S]):
         return Instance(id=iid, bootcamp=self.name, version=self.version, params=p, seed=seed, data=data)
 
     def build(self, params: P, rng: random.Random) -> dict[str, Any]:
-        """Generate the identity of one instance from validated params, using only ``rng``."""
+        """Generate the identity of one instance (called by :meth:`generate`).
+
+        Args:
+            params: validated params, an instance of :attr:`params_model`.
+            rng: seeded from the instance id. Not the global ``random``, the clock, ``hash()`` or the
+                order of a set of strings (the last two change with ``PYTHONHASHSEED``): the same
+                (params, seed) must give the same identity in every process.
+
+        Returns:
+            The identity: a JSON-able dict that fully determines the task. The prompt, tools, score and
+            oracle read it as ``instance.data``; nothing may change it afterwards.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement build()")
 
     def prompt(self, instance: Instance[P]) -> list[dict[str, Any]]:
-        """The system and user messages that pose the task (OpenAI message format)."""
+        """The opening messages of an episode of ``instance`` (OpenAI format); deterministic.
+
+        Returns:
+            Usually ``self.chat(user_content)``: the system message and one user message whose content
+            is text or, for vision, content parts (:func:`campflow.bootcamps.messages.image_parts`).
+            The tool schemas travel separately; the prompt need not describe them.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement prompt()")
 
     def chat(self, user: str | list[dict[str, Any]], system: str | None = None) -> list[dict[str, Any]]:
-        """Build ``[system, user]`` messages; ``user`` may be a list of content parts (text, image)."""
+        """``[system, user]`` messages.
+
+        Args:
+            user: the user message's content: text, or a list of content parts (text, image).
+            system: the system message; None (the usual) means :attr:`system_prompt`, or if that is
+                None too, :data:`SYSTEM_PREAMBLE` and :meth:`describe_task` with a blank line between.
+        """
         return [
-            {"role": "system", "content": system or _system_prompt(self.describe_task())},
+            {"role": "system", "content": system or self.system_prompt or _system_prompt(self.describe_task())},
             {"role": "user", "content": user},
         ]
 
     def describe_task(self) -> str:
-        """The task as the agent reads it in the system prompt.
+        """The task as the agent reads it in the default system prompt.
 
-        Defaults to the first two paragraphs of the class docstring: by convention a one-line summary,
-        then the instructions an agent needs. Later paragraphs are for developers (levels, reward).
+        Defaults to the first two paragraphs of the class docstring, each paragraph's lines joined: by
+        convention a one-line summary, then the instructions an agent needs. Later paragraphs are for
+        developers (levels, reward).
         """
         return _task_text(type(self).__doc__ or "")
 
     # -- tools ---------------------------------------------------------------------------------
 
     def tools(self, instance: Instance[P]) -> Sequence[Tool]:
-        """The tools offered for this instance (all ``@tool`` methods unless overridden)."""
+        """The tools offered for ``instance``: every ``@tool`` method, in definition order.
+
+        Override only where the tools depend on the instance (the function-calling adapter's do).
+        """
         return tuple(self._tools.values())
 
     def tool_schemas(self, instance: Instance[P]) -> list[dict[str, Any]]:
@@ -370,16 +328,23 @@ class Bootcamp(Generic[P, S]):
         return [t.schema() for t in self.tools(instance)]
 
     def new_state(self, instance: Instance[P]) -> S:
-        """A fresh world for one episode of ``instance``."""
+        """A fresh world for one episode of ``instance``, made before its first turn.
+
+        Returns:
+            By default ``state_model()``. Override to set the world up from the identity, copying what
+            the tools will change.
+        """
         return self.state_model()  # type: ignore[return-value]
 
     def call(self, instance: Instance[P], state: S, name: str, args: ToolArgs) -> Observation:
-        """Run tool ``name`` with validated ``args``; raises ToolError if the world refuses the call."""
+        """Run tool ``name`` with validated ``args`` (what the engine calls); raises ToolError if the
+        world refuses the call."""
         t = self._tools[name]
         return t.method(self, instance, state, args)  # type: ignore[misc]
 
     def apply(self, instance: Instance[P], state: S, action: Action) -> Observation:
-        """Validate an :class:`Action`'s arguments and run it (no engine, no transcript)."""
+        """Validate an :class:`Action`'s arguments and run it, setting ``state.finished`` after a final
+        observation (no engine, no transcript)."""
         t = self._tools[action.name]
         obs = self.call(instance, state, action.name, t.args_model.model_validate(dict(action.arguments)))
         if obs.final:
@@ -389,39 +354,95 @@ class Bootcamp(Generic[P, S]):
     # -- interaction control -------------------------------------------------------------------
 
     def max_turns(self, instance: Instance[P]) -> int:
-        """How many agent turns an episode of ``instance`` may take."""
+        """The turn budget of an episode of ``instance`` (default :attr:`default_max_turns`).
+
+        A turn is one reply of the agent, whatever it holds. When the budget is spent before a final
+        tool, the episode ends as ``max_turns`` (and is still scored). A run's ``rollout.max_turns``
+        overrides this for every instance.
+        """
         return self.default_max_turns
 
     def no_tool_call_reply(self, instance: Instance[P], state: S, content: str) -> str:
-        """What the environment says when the agent replies without a tool call."""
+        """What the environment says when the agent's reply has no usable tool call.
+
+        Args:
+            content: the text of the agent's reply (``state`` is unchanged by it).
+
+        Returns:
+            The user message sent back. Where the reply held a call that could not be parsed, the
+            engine puts ``Error: <what was wrong>.`` before it.
+        """
         names = ", ".join(t.name for t in self.tools(instance))
         return f"No tool call found. Reply with a tool call, one of: {names}."
 
     def feedback(self, instance: Instance[P], state: S, turn: int) -> str | None:
-        """Optional per-turn feedback appended after the tool results (None for nothing)."""
+        """Optional feedback after a turn that did not end the episode.
+
+        Args:
+            turn: the index of the turn just played, from 0 (``state`` is the world after its calls).
+
+        Returns:
+            Text appended as a user message after the turn's tool results, or None (or "") for nothing.
+        """
         return None
 
     # -- reward --------------------------------------------------------------------------------
 
     def score(self, instance: Instance[P], state: S, transcript: Sequence[Mapping[str, Any]]) -> Score:
-        """Reward in [0, 1], success and details; deterministic and verifiable."""
+        """Judge one episode: reward in [0, 1], success and details. Deterministic; changes nothing.
+
+        Runs once after every episode, however it ended (a final tool, ``max_turns``, ``format_error``,
+        ``invalid_tool_call``, ``context_overflow``); never after an infrastructure failure or timeout.
+        So ``state`` may be mid-task: ``state.finished`` False and ``state.answer`` still None.
+
+        Args:
+            state: the world as the episode left it.
+            transcript: the episode's messages in OpenAI format, prompt first; empty when
+                :meth:`solve` calls it, so score from ``state`` where you can.
+
+        Returns:
+            A :class:`Score`. The episode's reward is ``Score.reward`` whatever the ending (partial credit
+            for an unfinished episode counts); it is solved only if ``Score.success`` and a final tool
+            ended it. On failure give ``details["reason"]``.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement score()")
 
     # -- oracle and deliberate failure -----------------------------------------------------------
 
     def oracle(self, instance: Instance[P], state: S) -> Action:
-        """The next action of a correct solution from the live ``state`` (the oracle sees everything)."""
+        """The next action of a correct solution from the live ``state``.
+
+        Args:
+            instance: the oracle may read all of it, hidden parts included.
+            state: the world after earlier actions, which a noisy policy may have perturbed: recover
+                from any state the tools can reach.
+
+        Returns:
+            The :class:`Action` to play next, with JSON-able arguments as the agent would send them.
+            Played turn after turn, the oracle's actions must end with a final tool scoring reward 1
+            and success within :meth:`max_turns` (the contract checks it at every level).
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement oracle()")
 
     def wrong_answer(self, instance: Instance[P], state: S, rng: random.Random) -> Action | None:
-        """The next action of a wrong ending from ``state``: a final action scoring at most
-        :attr:`wrong_answer_bound`, or a step towards one (test and noisy policies call it every
-        turn until the episode ends); None where no wrong ending is possible from here (a maze agent
-        already on the goal)."""
+        """The next action of a wrong ending from ``state`` (test policies, the noisy oracle, the contract).
+
+        Returns:
+            A final action that never succeeds and scores at most :attr:`wrong_answer_bound`, or a step
+            towards one (callers ask every turn until the episode ends), or None where no wrong ending
+            is possible from here (a maze agent already on the goal); callers then play the oracle.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement wrong_answer()")
 
     def perturb(self, instance: Instance[P], state: S, action: Action, rng: random.Random) -> Action:
-        """A plausible but wrong version of a non-final ``action``; default: the action unchanged."""
+        """A plausible wrong version of the oracle's non-final ``action`` (the noisy oracle plays it).
+
+        Args:
+            action: the oracle's next action (never a final one).
+
+        Returns:
+            A step in the wrong direction, an off-by-one argument; default: ``action`` unchanged.
+        """
         return action
 
     def solve(self, instance: Instance[P]) -> tuple[S, Score]:
@@ -454,51 +475,10 @@ class Bootcamp(Generic[P, S]):
             "modality": self.modality,
             "description": inspect.cleandoc(type(self).__doc__ or ""),
             "levels": {lvl: p.model_dump(mode="json") for lvl, p in sorted(self.levels.items())},
-            "params_schema": _clean_schema(self.params_model.model_json_schema()),
+            "params_schema": clean_schema(self.params_model.model_json_schema()),
             "tools": [
                 {"name": t.name, "final": t.final, "description": t.description,
                  "parameters": t.schema()["function"]["parameters"]}
                 for t in self._tools.values()
             ],
         }
-
-
-def image_parts(caption: str, png: bytes) -> list[dict[str, Any]]:
-    """OpenAI content parts carrying a caption and a PNG image as a data URL (how vision prompts and
-    image observations reach a model)."""
-    url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-    return [{"type": "text", "text": caption}, {"type": "image_url", "image_url": {"url": url}}]
-
-
-# ----------------------------------------------------------------------------------------------
-# Ids and errors
-
-
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no spaces: the form that content hashes are taken over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def instance_id(bootcamp: str, version: str, params: Params, seed: int) -> str:
-    """Content-hash id of an instance: the same (bootcamp, version, params, seed), the same id."""
-    payload = canonical_json([bootcamp, version, params.model_dump(mode="json"), int(seed)])
-    return hashlib.sha256(payload.encode()).hexdigest()[:20]
-
-
-def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
-    """One line per pydantic error: ``key = value: what was expected``."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
-        if err["type"] == "missing":
-            parts.append(f"{loc} is required")
-        elif err["type"] == "extra_forbidden":
-            parts.append(f"{loc} is not a known field")
-        else:
-            parts.append(f"{loc} = {_short(err.get('input'))}: {err['msg']}")
-    return "; ".join(parts)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -17,6 +17,7 @@ from campflow.bootcamps.schedule import (
     Event, apply_step, check, conflicts, describe, fmt, free_starts, generate_world, next_step,
     outside_hours,
 )
+from campflow.bootcamps.messages import clip
 from campflow.errors import ToolError
 
 MAX_TITLE_CHARS = 80
@@ -219,14 +220,10 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
                                        "start": "12:00", "duration": 30})
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _day(instance: Instance, raw: str) -> str:
     key = raw.strip()[:3].title()
     if key not in instance.data["days"] or len(raw.strip()) > 12:
-        raise ToolError(f"day {_clip(raw)!r} is not on this calendar; expected one of {', '.join(instance.data['days'])}")
+        raise ToolError(f"day {clip(raw, 40)!r} is not on this calendar; expected one of {', '.join(instance.data['days'])}")
     return key
 
 
@@ -238,7 +235,7 @@ def _people(instance: Instance, raw: list[str]) -> list[str]:
     for name in raw:
         person = known.get(name.strip().lower())
         if person is None:
-            raise ToolError(f"unknown person {_clip(name)!r}; expected one of {', '.join(known.values())}")
+            raise ToolError(f"unknown person {clip(name, 40)!r}; expected one of {', '.join(known.values())}")
         if person in out:
             raise ToolError(f"{person} is listed twice; expected each attendee once")
         out.append(person)
@@ -248,7 +245,7 @@ def _people(instance: Instance, raw: list[str]) -> list[str]:
 def _time(raw: str) -> int:
     m = _TIME.match(raw.strip())
     if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
-        raise ToolError(f"start {_clip(raw)!r} is not a time; expected HH:MM such as 09:30")
+        raise ToolError(f"start {clip(raw, 40)!r} is not a time; expected HH:MM such as 09:30")
     minutes = int(m.group(1)) * 60 + int(m.group(2))
     if minutes % 15:
         raise ToolError(f"start {raw.strip()!r} is not on a quarter hour; expected minutes 00, 15, 30 or 45")
@@ -272,7 +269,7 @@ def _event(state: CalendarState, raw: str) -> Event:
     if eid not in state.events:
         ids = sorted(state.events, key=lambda i: int(i[1:]))
         shown = ", ".join(ids) if len(ids) <= 12 else ", ".join(ids[:12]) + ", ..."
-        raise ToolError(f"unknown event id {_clip(raw)!r}; expected one of {shown} (see list_events)")
+        raise ToolError(f"unknown event id {clip(raw, 40)!r}; expected one of {shown} (see list_events)")
     return state.events[eid]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from campflow.bootcamps.base import Params
+from campflow.bootcamps.messages import clip
 from campflow.errors import ToolError
 
 ROOT = "/workspace"
@@ -86,7 +87,7 @@ def resolve(raw: str, what: str = "path") -> str:
     characters and paths that are too long or too deep.
     """
     text = raw.strip()
-    shown = text if len(text) <= 60 else text[:57] + "..."
+    shown = clip(text, 60)
     if len(text) > MAX_PATH_CHARS:
         raise ToolError(f"{what} {shown!r} is {len(text)} characters long; expected at most {MAX_PATH_CHARS}")
     if text == ROOT or text.startswith(ROOT + "/"):

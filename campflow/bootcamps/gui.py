@@ -11,6 +11,7 @@ from campflow.bootcamps.base import Action, Bootcamp, Instance, NoArgs, Observat
 from campflow.bootcamps.guiscreen import (
     FONT, FOOTER, HEADER, GuiParams, GuiState, describe, inside, layout, on_screen, option_boxes, render, widgets_by_id,
 )
+from campflow.bootcamps.messages import clip
 from campflow.bootcamps.rendering import observe, text_width, user_content
 from campflow.errors import ToolError
 
@@ -125,12 +126,12 @@ class Gui(Bootcamp[GuiParams, GuiState]):
             raise ToolError("no text field has focus; click a text field first")
         widget = widgets_by_id(instance)[state.focus]
         if not args.text.isprintable():
-            raise ToolError(f"text {_clip(args.text)!r} holds a line break or control character; "
+            raise ToolError(f"text {clip(args.text, 43)!r} holds a line break or control character; "
                             "expected one line of printable text")
         room = widget["box"][2] - widget["box"][0] - 16
         # the length test first, so a huge text is refused before anything measures it
         if len(args.text) * 4 > room or text_width(args.text, FONT) > room:
-            raise ToolError(f"text {_clip(args.text)!r} ({len(args.text)} characters) is wider than the "
+            raise ToolError(f"text {clip(args.text, 43)!r} ({len(args.text)} characters) is wider than the "
                             f"\"{widget['label']}\" field; expected at most about {room // 8} characters")
         state.values[widget["id"]] = args.text
         return Observation(f'The "{widget["label"]}" field now reads "{args.text}".')
@@ -254,7 +255,3 @@ class Gui(Bootcamp[GuiParams, GuiState]):
 
 def _click_box(box: Any) -> Action:
     return Action("click", {"x": (box[0] + box[2]) // 2, "y": (box[1] + box[3]) // 2})
-
-
-def _clip(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."

@@ -51,10 +51,24 @@ def register(
     *,
     modality: str = "text",
     kwargs: Mapping[str, Any] | None = None,
-    origin: str = "builtin",
+    origin: str = "user",
     replace: bool = False,
 ) -> None:
-    """Register a bootcamp under ``name``; ``target`` is ``"module:Class"`` or a callable."""
+    """Register a bootcamp under ``name``, to be built by :func:`make` on first use.
+
+    Args:
+        name: the registry name; the bootcamp built must call itself this (its ``name`` attribute).
+        target: ``"package.module:Class"`` (imported on first :func:`make`, so registering costs nothing
+            and works in worker processes) or a callable returning the bootcamp, such as the class.
+        modality: ``"text"`` or ``"vision"``, as the bootcamp's own ``modality`` says.
+        kwargs: keyword arguments for ``target``.
+        origin: where the bootcamp comes from, as ``campflow bootcamps list`` shows it: ``"builtin"``,
+            ``"imported"`` (adapters) or ``"user"`` (the default: registered by your own code).
+        replace: replace an entry of the same name instead of refusing it.
+
+    Raises:
+        ValueError: if ``name`` is registered already and ``replace`` is False.
+    """
     if name in _REGISTRY and not replace:
         raise ValueError(f"bootcamp {name!r} is already registered")
     _REGISTRY[name] = Entry(name, target, modality, dict(kwargs or {}), origin)
@@ -115,4 +129,4 @@ def parse_names(spec: str | list[str]) -> list[str]:
 
 
 for _name, (_target, _modality) in BUILTIN.items():
-    register(_name, _target, modality=_modality)
+    register(_name, _target, modality=_modality, origin="builtin")

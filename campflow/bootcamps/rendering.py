@@ -17,9 +17,8 @@ from typing import Any, Literal
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import Field
 
-from campflow.bootcamps.base import Observation, Params, image_parts
-# The engine owns the wire format of images in messages, so there is one definition of it. (The helper
-# belongs in base.py, below both; until it moves there, this is the one import upwards from bootcamps.)
+from campflow.bootcamps.base import Observation, Params
+from campflow.bootcamps.messages import image_parts
 
 ObservationMode = Literal["image", "text"]
 Box = tuple[int, int, int, int]

@@ -12,10 +12,40 @@ parameters (same keys, same order), which is also a valid OpenAI function schema
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the agent can call: its name, description, argument model and whether it ends the episode.
+
+    Bootcamps make these from their ``@tool`` methods (:func:`campflow.bootcamps.base.tool`); ``method``
+    is the function behind the tool, called as ``method(bootcamp, instance, state, args)``.
+    """
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    final: bool = False
+    method: Callable[..., Any] | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """The function-calling schema of this tool (built once; treat it as read-only).
+
+        Written in the layout of transformers' ``get_json_schema`` (see :func:`tool_schema`), which is also
+        a valid OpenAI tool schema. Bounds and ``extra="forbid"`` are enforced on every call even though
+        the schema does not spell them out.
+        """
+        cached = self.__dict__.get("_schema")
+        if cached is None:  # built on first use and kept on the tool (which is frozen, hence object.__setattr__)
+            cached = tool_schema(self.name, self.description, self.args_model)
+            object.__setattr__(self, "_schema", cached)
+        return cached
 
 _SCALARS: dict[Any, str] = {int: "integer", float: "number", str: "string", bool: "boolean", type(None): "null"}
 _BARE: dict[Any, dict[str, Any]] = {**{t: {"type": n} for t, n in _SCALARS.items()}, list: {"type": "array"},
@@ -59,6 +89,15 @@ def type_schema(hint: Any) -> dict[str, Any]:
 def _enum(values: list[Any]) -> dict[str, Any]:
     kinds = list(dict.fromkeys(_SCALARS[type(v)] for v in values))
     return {"type": kinds[0] if len(kinds) == 1 else kinds, "enum": values}
+
+
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic JSON schema without its ``title`` keys, which only add tokens (``bootcamps show``)."""
+    if isinstance(schema, dict):
+        return {k: clean_schema(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [clean_schema(v) for v in schema]
+    return schema
 
 
 def tool_schema(name: str, description: str, args_model: type[BaseModel]) -> dict[str, Any]:

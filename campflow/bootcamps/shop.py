@@ -12,6 +12,7 @@ from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
 from campflow.bootcamps.catalog import ShopParams, generate_catalog, requirements_met, tokens
+from campflow.bootcamps.messages import clip
 from campflow.errors import ToolError
 
 MAX_QUERY_CHARS = 200
@@ -147,7 +148,7 @@ class Shop(Bootcamp[ShopParams, ShopState]):
                 raise ToolError(f"choose a {dim} for {p['id']}: one of {', '.join(values)}")
             value = next((v for v in values if v.lower() == given[dim].strip().lower()), None)
             if value is None:
-                shown = given[dim] if len(given[dim]) <= 40 else given[dim][:37] + "..."
+                shown = clip(given[dim], 40)
                 raise ToolError(f"{p['id']} does not come in {dim} {shown!r}; expected one of {', '.join(values)}")
             chosen[dim] = value
         replaced = state.cart is not None
@@ -237,7 +238,7 @@ class Shop(Bootcamp[ShopParams, ShopState]):
 def _product(state: ShopState, raw: str) -> dict[str, Any]:
     pid = raw.strip().upper()
     if pid not in state.products:
-        shown = raw if len(raw) <= 40 else raw[:37] + "..."
+        shown = clip(raw, 40)
         raise ToolError(f"unknown product id {shown!r}; expected an id such as B12345 from the search results")
     return state.products[pid]
 

@@ -15,6 +15,7 @@ from pydantic import Field
 from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
+from campflow.bootcamps.messages import clip
 from campflow.bootcamps.sqlworld import SCHEMAS, SqlParams, entity_names, generate_question
 from campflow.errors import ToolError
 
@@ -210,7 +211,7 @@ class Sql(Bootcamp[SqlParams, SqlState]):
         tables = instance.data["tables"]
         name = args.table.strip().lower()
         if name not in tables:
-            shown = args.table if len(args.table) <= 40 else args.table[:37] + "..."
+            shown = clip(args.table, 40)
             raise ToolError(f"unknown table {shown!r}; expected one of: {', '.join(sorted(tables))}")
         cols = ", ".join(f"{c} {t}" for c, t in SCHEMAS[name])
         return Observation(f"{name} ({len(tables[name])} rows): {cols}")
@@ -296,7 +297,7 @@ def _cell(value: Any) -> str:
         text = repr(round(value, 6))
     else:
         text = "NULL" if value is None else str(value)
-    return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 3] + "..."
+    return clip(text, MAX_CELL_CHARS)
 
 
 def _norm(text: str) -> str:

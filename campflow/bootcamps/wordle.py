@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
 )
+from campflow.bootcamps.messages import clip
 from campflow.errors import InvalidParamsError, ToolError
 
 GREEN, YELLOW, GRAY = 2, 1, 0
@@ -219,7 +220,7 @@ class Wordle(Bootcamp[WordleParams, WordleState]):
 def _valid_word(raw: str) -> str:
     word = raw.strip().lower()
     if len(word) != 5 or not (word.isascii() and word.isalpha()):
-        shown = raw if len(raw) <= 40 else raw[:37] + "..."
+        shown = clip(raw, 40)
         raise ToolError(f"guess {shown!r} ({len(raw)} characters) is not a word; expected 5 letters a-z")
     if word not in _dictionary():
         raise ToolError(f"{word!r} is not in the dictionary; expected a common 5-letter English word")

@@ -12,6 +12,7 @@ from rich.markdown import Markdown
 from rich.markup import escape
 from rich.panel import Panel
 
+from campflow.bootcamps.messages import content_text
 from campflow.cli import app
 from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
 from campflow.cli.common import register_workspace_imports
@@ -102,16 +103,10 @@ def sample_command(
 def _render(msg: dict) -> tuple[str, bytes | None]:
     """A message as text, and the first image it carries (PNG bytes), if any."""
     content, image = msg.get("content"), None
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if part.get("type") == "text":
-                parts.append(part["text"])
-            elif part.get("type") == "image_url":
-                url = part["image_url"]["url"]
-                image = image or base64.b64decode(url.split(",", 1)[1])
-                parts.append(f"[image, {len(url)} characters as data URL]")
-        content = "\n".join(parts)
+    urls = [p["image_url"]["url"] for p in content if p.get("type") == "image_url"] if isinstance(content, list) else []
+    if urls:
+        image = base64.b64decode(urls[0].split(",", 1)[1])
+    content = content_text(content)
     for call in msg.get("tool_calls") or []:
         content = f"{content}\n-> {call['function']['name']}({call['function']['arguments']})".strip()
     return content or "", image

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from campflow.bootcamps.messages import clip
 from campflow.config import CampflowConfig, load_config
 
 console = Console(log_path=False)
@@ -70,5 +71,4 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.4e}"
-    text = str(value)
-    return text if len(text) <= 200 else text[:197] + "..."
+    return clip(str(value), 200)

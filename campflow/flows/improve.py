@@ -27,6 +27,7 @@ from campflow.flows.runners import task_runner
 from campflow.report.facts import cycle_facts
 from campflow.report.page import write_report
 from campflow.storage import cycles
+from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
 from campflow.tasks.synthesis import mine_failures_task, synthesize_task
 from campflow.tasks.training import build_dataset_task, rl_task, sft_task, start_model_task
@@ -61,7 +62,7 @@ def _policy_for(cfg: CampflowConfig, path: Path, kind: str = "local") -> Campflo
 def _metric(store: Store, run_id: str, metric: str) -> float:
     column = "success::INTEGER" if metric == "pass_rate" else "reward"
     value = store.scalar(f"SELECT avg({column}) FROM episodes WHERE run_id = ? "
-                         "AND termination NOT IN ('infra_error', 'timeout')", [run_id])
+                         f"AND termination NOT IN {RETRYABLE_SQL}", [run_id])
     return float(value or 0.0)
 
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
-from campflow.bootcamps.base import Bootcamp, Instance, image_parts
+from campflow.bootcamps.base import Bootcamp, Instance
+from campflow.bootcamps.messages import content_text, image_parts
 from campflow.config import RolloutConfig
 from campflow.errors import ContextOverflowError, PolicyError, ToolError
-from campflow.rollout.episode import Episode, Termination
+from campflow.rollout.episode import RETRYABLE, Episode, Termination
 from campflow.rollout.parsing import ParsedCall, ParsedTurn, clean_text, one_native_call, parse_turn
 
 
@@ -67,7 +68,7 @@ async def run_episode(
     except Exception as exc:  # a bug in a bootcamp or policy must not take the batch down
         run.end(Termination.INFRA_ERROR, f"{type(exc).__name__}: {exc}")
     reward, success, details = 0.0, False, {}
-    if run.termination not in (Termination.INFRA_ERROR, Termination.TIMEOUT):
+    if run.termination not in RETRYABLE:  # an infra failure or timeout says nothing to score
         try:
             score = bootcamp.score(instance, run.state, run.transcript)
             reward, details = score.reward, score.details
@@ -295,12 +296,7 @@ class _EpisodeRun:
 
 
 def _message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
+    return content_text(message.get("content"), image="")  # images are not counted as characters
 
 
 async def run_episodes(

@@ -8,7 +8,10 @@ their definitions change (tracked by a hash in ``meta``), since they hold no dat
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from typing import Any
+
+from campflow.rollout.episode import MODEL_FAILURES, RETRYABLE, Termination
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (1, "initial schema", [
@@ -192,8 +195,20 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
-# Model failures: what failure mining and failure_summary look at (see rollout.episode.MODEL_FAILURES).
-_MODEL_FAILURES = "('wrong_answer', 'max_turns', 'invalid_tool_call', 'format_error', 'context_overflow')"
+
+def sql_values(terminations: Collection[Termination]) -> str:
+    """``terminations`` as a SQL list literal, ``('a', 'b')``, in the enum's order (the same text every run).
+
+    Views and queries name the taxonomy's groups only through the two lists below, so a new
+    :class:`~campflow.rollout.episode.Termination` is one edit in rollout.episode.
+    """
+    return "(" + ", ".join(f"'{t.value}'" for t in Termination if t in terminations) + ")"
+
+
+# Model failures: what failure mining, failure_summary and watch look at.
+MODEL_FAILURES_SQL = sql_values(MODEL_FAILURES)
+# Infrastructure failures (and timeouts): re-run on resume, left out of every pass rate, never mined.
+RETRYABLE_SQL = sql_values(RETRYABLE)
 
 VIEWS: dict[str, str] = {
     # Model failures of evaluations since the last training finished: what `watch` counts. A cycle's own
@@ -201,7 +216,7 @@ VIEWS: dict[str, str] = {
     "new_failures": f"""
         SELECT e.bootcamp, e.model_id, e.termination, count(*) AS failures, max(e.created_at) AS latest
         FROM episodes e JOIN runs r USING (run_id)
-        WHERE r.kind = 'evaluate' AND e.termination IN {_MODEL_FAILURES}
+        WHERE r.kind = 'evaluate' AND e.termination IN {MODEL_FAILURES_SQL}
           AND e.created_at > coalesce((SELECT max(t) FROM (
                 SELECT max(finished_at) AS t FROM cycles WHERE status = 'completed'
                 UNION ALL SELECT max(created_at) FROM checkpoints WHERE kind IN ('sft', 'rl'))),
@@ -221,23 +236,23 @@ VIEWS: dict[str, str] = {
                count(*) AS episodes,
                count(*) FILTER (WHERE success) AS solved,
                round(count(*) FILTER (WHERE success)
-                     / nullif(count(*) FILTER (WHERE termination NOT IN ('infra_error', 'timeout')), 0), 4)
+                     / nullif(count(*) FILTER (WHERE termination NOT IN {RETRYABLE_SQL}), 0), 4)
                    AS pass_rate,
                round(avg(reward), 4) AS mean_reward,
-               count(*) FILTER (WHERE termination IN {_MODEL_FAILURES}) AS model_failures,
-               count(*) FILTER (WHERE termination IN ('infra_error', 'timeout')) AS infra_failures
+               count(*) FILTER (WHERE termination IN {MODEL_FAILURES_SQL}) AS model_failures,
+               count(*) FILTER (WHERE termination IN {RETRYABLE_SQL}) AS infra_failures
         FROM episodes GROUP BY run_id, bootcamp, model_id""",
-    "pass_rates_by_level": """
+    "pass_rates_by_level": f"""
         SELECT run_id, bootcamp, level, model_id, count(*) AS episodes,
                round(avg(success::INTEGER), 4) AS pass_rate, round(avg(reward), 4) AS mean_reward
-        FROM episodes WHERE termination NOT IN ('infra_error', 'timeout')
+        FROM episodes WHERE termination NOT IN {RETRYABLE_SQL}
         GROUP BY run_id, bootcamp, level, model_id""",
     "failure_summary": f"""
         SELECT run_id, bootcamp, model_id, termination,
                coalesce(details->>'$.reason', '') AS reason,
                count(*) AS episodes,
                round(avg(turns), 2) AS mean_turns
-        FROM episodes WHERE termination IN {_MODEL_FAILURES}
+        FROM episodes WHERE termination IN {MODEL_FAILURES_SQL}
         GROUP BY run_id, bootcamp, model_id, termination, reason""",
     "failure_categories": """
         SELECT run_id, bootcamp, category, count(*) AS failures,

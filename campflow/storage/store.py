@@ -117,11 +117,6 @@ class Store:
             cols = [d[0] for d in cur.description]
             return [dict(zip(cols, row)) for row in cur.fetchall()]
 
-    def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        """Result of ``sql`` as an Arrow table."""
-        with self.connection() as con:
-            return con.execute(sql, params or []).fetch_arrow_table()
-
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """The first column of the first row of ``sql`` (None if no rows)."""
         with self.connection() as con:

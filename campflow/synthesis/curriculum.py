@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from campflow.bootcamps import registry
+from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store, now
 
 BOOTCAMP_SCOPE = ""  # the cluster_id of a bootcamp-wide decision
@@ -69,10 +70,10 @@ def update_curriculum(store: Store, run_id: str, *, up: float = 0.8, down: float
     timed-out episodes left out. Scopes without such episodes keep their level and record nothing.
     """
     rows = store.query(
-        """SELECT e.bootcamp, i.level, coalesce(v.cluster_id, '') AS cluster_id,
+        f"""SELECT e.bootcamp, i.level, coalesce(v.cluster_id, '') AS cluster_id,
                   count(*) AS episodes, count(*) FILTER (WHERE e.success) AS solved
            FROM episodes e JOIN instances i USING (instance_id) LEFT JOIN variants v ON v.variant_id = i.variant_id
-           WHERE e.run_id = ? AND i.split = 'train' AND e.termination NOT IN ('infra_error', 'timeout')
+           WHERE e.run_id = ? AND i.split = 'train' AND e.termination NOT IN {RETRYABLE_SQL}
            GROUP BY ALL""", [run_id])
     counts: dict[tuple[str, str, int], list[int]] = {}
     for r in rows:

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from campflow.bootcamps.base import Params, canonical_json
+from campflow.bootcamps.base import Params
+from campflow.serialization import canonical_json
 
 NUMERIC_KINDS = ("int", "float", "bool")
 

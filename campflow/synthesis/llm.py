@@ -20,6 +20,7 @@ from typing import Any
 
 from campflow.agents.endpoint import describe_sdk_error
 from campflow.bootcamps import registry
+from campflow.bootcamps.messages import clip, content_text
 from campflow.config import SynthesisLLMConfig
 from campflow.errors import ConfigError, SynthesisError
 from campflow.rollout.parsing import split_reasoning
@@ -238,29 +239,14 @@ def render_transcript(transcript: Sequence[dict[str, Any]], limit: int) -> str:
         role = m.get("role")
         if role == "system":
             continue
-        content = _text(m.get("content"))
+        content = content_text(m.get("content"))
         if role == "assistant":
             calls = [f"-> {c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})"
                      for c in m.get("tool_calls") or [] if isinstance(c, dict)]
             content = " ".join([content, *calls]).strip()
-        lines.append(_clip(f"{role}: {content}", 300))
+        lines.append(clip(" ".join(f"{role}: {content}".split()), 300))
     text = "\n".join(lines)
     if len(text) <= limit:
         return text
     head, tail = int(limit * 0.4), int(limit * 0.6)
     return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # vision content parts: keep the text, mark the images
-        return " ".join(p.get("text", "") if p.get("type") == "text" else "[image]"
-                        for p in content if isinstance(p, dict))
-    return ""
-
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-

@@ -18,7 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from campflow.bootcamps import registry
-from campflow.bootcamps.base import Params, canonical_json
+from campflow.bootcamps.base import Params
+from campflow.serialization import canonical_json
 from campflow.synthesis.knobs import Knob, knobs_of
 from campflow.synthesis.proposals import ClusterContext, Proposal, Synthesizer
 from campflow.synthesis.traits import Trait

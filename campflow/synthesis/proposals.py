@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from campflow.bootcamps.base import canonical_json
+from campflow.serialization import canonical_json
 from campflow.storage.store import Store
 from campflow.synthesis.clustering import Cluster, load_clusters
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
 from campflow.synthesis.knobs import Knob
 from campflow.synthesis.mining import FAILURE_TERMINATIONS
@@ -96,7 +97,7 @@ class Population:
             f"""SELECT i.params, count(*) AS episodes,
                        count(*) FILTER (WHERE e.termination IN ({marks})) AS failures
                 FROM episodes e JOIN instances i USING (instance_id)
-                WHERE e.run_id = ? AND e.bootcamp = ? AND e.termination NOT IN ('infra_error', 'timeout')
+                WHERE e.run_id = ? AND e.bootcamp = ? AND e.termination NOT IN {RETRYABLE_SQL}
                 GROUP BY i.params""",
             [*FAILURE_TERMINATIONS, run_id, bootcamp],
         )

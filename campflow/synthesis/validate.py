@@ -26,13 +26,12 @@ import pyarrow as pa
 
 from campflow.agents.base import Policy
 from campflow.bootcamps import registry
-from campflow.bootcamps.base import Bootcamp, Instance, Params, canonical_json
+from campflow.bootcamps.base import Bootcamp, Instance, Params
 from campflow.bootcamps.splits import TRAIN_SEED_LIMIT
 from campflow.config import SynthesisConfig
 from campflow.errors import CampflowError
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, rollout
-from campflow.rollout.episode import RETRYABLE
-from campflow.serialization import to_json
+from campflow.serialization import canonical_json, to_json
 from campflow.storage.store import Store, instances_to_arrow, now
 from campflow.synthesis.proposals import Proposal
 
@@ -256,7 +255,7 @@ def calibrate(verdicts: Sequence[Verdict], policy: Policy, settings: ValidationS
     outcomes: list[list[bool]] = [[] for _ in verdicts]
     errors: list[str | None] = [None] * len(verdicts)
     for i, e in zip(owner, episodes):
-        if e.termination in RETRYABLE:
+        if e.termination.is_retryable:
             errors[i] = errors[i] or e.error
         else:
             outcomes[i].append(e.success)

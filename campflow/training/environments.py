@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from campflow.agents.chat import text_of
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp, Tool, format_validation_error
+from campflow.bootcamps.messages import content_text
 from campflow.errors import ToolError
 
 
@@ -47,7 +47,7 @@ class BootcampEnvironment:
         if row.get("instance_id") and row["instance_id"] != self.instance.id:
             raise ValueError(f"row instance {row['instance_id']} regenerated as {self.instance.id}")
         self.state = self.bootcamp.new_state(self.instance)
-        return text_of(self.bootcamp.prompt(self.instance)[-1]["content"])
+        return content_text(self.bootcamp.prompt(self.instance)[-1]["content"])
 
     def get_reward(self) -> float:
         """The bootcamp's reward for the episode so far."""
