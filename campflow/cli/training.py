@@ -32,9 +32,14 @@ def quiet_training() -> None:
 
 
 def _live():
+    from contextlib import nullcontext
+
     from campflow import progress
     from campflow.cli.display import RichReporter
+    from campflow.training.distributed import is_main_process
 
+    if not is_main_process():  # under accelerate launch, one process shows progress
+        return nullcontext(), progress.use(progress.Reporter())
     reporter = RichReporter(console)
     return reporter, progress.use(reporter)
 

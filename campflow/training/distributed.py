@@ -22,3 +22,10 @@ def is_main_process() -> bool:
 def world_size() -> int:
     """How many training processes the launcher started (1 without one)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def processes() -> list[str]:
+    """The part of a checkpoint id that says how many processes trained it: nothing for one process,
+    else ``["processes=N"]`` (N processes see N times the batch, so the result differs)."""
+    n = world_size()
+    return [] if n == 1 else [f"processes={n}"]

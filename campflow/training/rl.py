@@ -29,7 +29,7 @@ from campflow.hardware import Hardware, resolve_hardware
 from campflow.storage.store import Store
 from campflow.training import checkpoints
 from campflow.training.adapters import adapter_metrics, starting_model
-from campflow.training.distributed import is_main_process
+from campflow.training.distributed import is_main_process, processes
 from campflow.training.environments import environment_factories
 from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet
 from campflow.training.templates import check_rl_template
@@ -75,7 +75,7 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
     bootcamps = registry.parse_names(bootcamps)
     parent = checkpoints.resolve(store, base, record=main)
     model_id = checkpoints.checkpoint_id("rl", parent.model_id, sorted(bootcamps), levels, cfg.model_dump(),
-                                         hardware.precision)
+                                         hardware.precision, *processes())
     existing = checkpoints.find(store, model_id)
     if existing is not None:
         return TrainResult(existing, existing.metrics, reused=True)

@@ -26,7 +26,7 @@ from campflow.hardware import Hardware, resolve_hardware
 from campflow.storage.store import Store
 from campflow.training import checkpoints
 from campflow.training.adapters import adapter_metrics, starting_model
-from campflow.training.distributed import is_main_process
+from campflow.training.distributed import is_main_process, processes
 from campflow.training.templates import check_sft_template
 from campflow.training.tracking import tracking_args
 
@@ -129,7 +129,7 @@ def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SF
     if not rows or rows[0]["kind"] != "sft":
         raise CampflowError(f"no SFT dataset {dataset_id!r}; build one with `campflow dataset build`")
     model_id = checkpoints.checkpoint_id("sft", parent.model_id, dataset_id, cfg.model_dump(), max_length,
-                                         hardware.precision)
+                                         hardware.precision, *processes())
     existing = checkpoints.find(store, model_id)
     if existing is not None:
         return TrainResult(existing, existing.metrics, reused=True)
