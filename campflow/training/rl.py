@@ -33,7 +33,7 @@ from campflow.training.distributed import is_main_process, processes
 from campflow.training.environments import environment_factories
 from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet
 from campflow.training.templates import check_rl_template
-from campflow.training.tracking import tracking_args
+from campflow.training.tracking import trainer_dir, tracking_args
 
 
 def rl_instances(store: Store, bootcamps: list[str], per_bootcamp: int, seed: int,
@@ -97,7 +97,8 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main) as out:
         args = GRPOConfig(
-            output_dir=str(out / "trainer"), max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+            output_dir=str(trainer_dir(workspace, out, model_id, report_to)), max_steps=cfg.max_steps,
+            learning_rate=cfg.learning_rate,
             per_device_train_batch_size=cfg.per_device_batch_size or cfg.num_generations * cfg.prompts_per_step,
             gradient_accumulation_steps=cfg.gradient_accumulation_steps,
             num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,

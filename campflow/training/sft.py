@@ -28,7 +28,7 @@ from campflow.training import checkpoints
 from campflow.training.adapters import adapter_metrics, starting_model
 from campflow.training.distributed import is_main_process, processes
 from campflow.training.templates import check_sft_template
-from campflow.training.tracking import tracking_args
+from campflow.training.tracking import trainer_dir, tracking_args
 
 
 @dataclass
@@ -148,7 +148,8 @@ def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SF
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main) as out:
         args = TRLSFTConfig(
-            output_dir=str(out / "trainer"), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
+            output_dir=str(trainer_dir(workspace, out, model_id, report_to)), max_steps=cfg.max_steps,
+            per_device_train_batch_size=cfg.batch_size,
             gradient_accumulation_steps=cfg.gradient_accumulation_steps,
             learning_rate=cfg.learning_rate, lr_scheduler_type="cosine",
             warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
