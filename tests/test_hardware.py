@@ -208,3 +208,29 @@ def test_the_embedded_cpu_default_trains_bit_for_bit_as_before(tmp_path: Path) -
     assert [tuple(p) for p in result.metrics["loss_curve"]] == REFERENCE_LOSS_CURVE
     assert result.metrics["train_loss"] == REFERENCE_TRAIN_LOSS
     assert (result.metrics["device"], result.metrics["precision"]) == ("cpu", "fp32")
+
+
+def test_the_local_policy_loads_the_model_in_the_resolved_precision_and_refuses_what_the_machine_lacks(
+        tmp_path: Path) -> None:
+    import asyncio
+
+    import torch
+
+    from campflow.agents.local import LocalPolicy, load_model
+    from campflow.training import tinymodel
+
+    tinymodel.build_tiny_model(tmp_path / "base", TinyModelConfig(**fixed_chats.TINY), ["fixed"],
+                               texts=fixed_chats.corpus(tinymodel.chat_template()))
+    policy = LocalPolicy(tmp_path / "base", max_new_tokens=4, device="cpu", precision="bf16")
+
+    async def turn() -> None:
+        await policy.respond(fixed_chats.conversations(1)[0][:2], fixed_chats.TOOLS, None)
+        await policy.aclose()
+
+    asyncio.run(turn())
+    model, _, _ = load_model(str(tmp_path / "base"), policy.hardware)
+    assert (model.dtype, model.device.type) == (torch.bfloat16, "cpu")
+    default, _, _ = load_model(str(tmp_path / "base"), resolve_hardware("auto", "auto", Capability()))
+    assert default.dtype == torch.float32
+    with pytest.raises(HardwareError, match="fp16' on cpu"):
+        LocalPolicy(tmp_path / "base", device="cpu", precision="fp16")

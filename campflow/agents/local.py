@@ -125,8 +125,7 @@ class LocalPolicy(Policy):
         self.model_id = model_id or stamped_model_id(self.path) or self.path
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.temperature, self.seed = temperature, seed
-        self.device, self.precision = device, precision
-        self._hardware: Hardware | None = None
+        self.hardware = resolve_hardware(device, precision)  # a setting this machine lacks fails here, at once
         self._format: Any = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task | None = None
@@ -134,8 +133,7 @@ class LocalPolicy(Policy):
 
     async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
         if self._queue is None:
-            self._hardware = resolve_hardware(self.device, self.precision)
-            _, tokenizer, _ = load_model(self.path, self._hardware)  # fail fast, on this episode, if it cannot load
+            _, tokenizer, _ = load_model(self.path, self.hardware)  # fail fast, on this episode, if it cannot load
             from campflow.agents.templates import chat_format
 
             self._format = chat_format(tokenizer.chat_template)
@@ -174,7 +172,7 @@ class LocalPolicy(Policy):
 
         from campflow.agents.chat import template_messages
 
-        model, tokenizer, lock = load_model(self.path, self._hardware)
+        model, tokenizer, lock = load_model(self.path, self.hardware)
         limit = model.config.max_position_embeddings - self.max_new_tokens
         prompts: list[list[int] | Exception] = []
         for req in batch:

@@ -111,6 +111,25 @@ def sft_trainer(fused_loss: bool, **kwargs: Any) -> Any:
     return CountingSFTTrainer(**kwargs)
 
 
+def sft_arguments(cfg: SFTConfig, hardware: Hardware, output_dir: Path, max_length: int, *,
+                  report_to: Sequence[str] = (), run_name: str | None = None) -> Any:
+    """TRL's ``SFTConfig`` as campflow trains with it: ``cfg``'s schedule, ``hardware``'s device and
+    precision, assistant-only loss, no intermediate saves, trackers ``report_to``."""
+    from trl import SFTConfig as TRLSFTConfig
+
+    return TRLSFTConfig(
+        output_dir=str(output_dir), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        learning_rate=cfg.learning_rate, lr_scheduler_type="cosine",
+        warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
+        weight_decay=0.0, logging_steps=max(1, cfg.max_steps // 40), save_strategy="no",
+        assistant_only_loss=True, max_length=max_length, seed=cfg.seed,
+        data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
+        **hardware.trainer_args, **tracking_args(report_to, run_name or "campflow-sft"),
+        **checkpointing_arg(TRLSFTConfig, cfg.gradient_checkpointing),
+    )
+
+
 def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SFTConfig,
               max_length: int | None = None, *, hardware: Hardware | None = None,
               report_to: Sequence[str] = ()) -> TrainResult:
@@ -136,7 +155,6 @@ def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SF
 
     import datasets
     from transformers import AutoTokenizer
-    from trl import SFTConfig as TRLSFTConfig
 
     hardware.select()
     with MODEL_LOADING:
@@ -147,18 +165,8 @@ def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SF
     max_length = max_length or start.model.config.max_position_embeddings
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main) as out:
-        args = TRLSFTConfig(
-            output_dir=str(trainer_dir(workspace, out, model_id, report_to)), max_steps=cfg.max_steps,
-            per_device_train_batch_size=cfg.batch_size,
-            gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-            learning_rate=cfg.learning_rate, lr_scheduler_type="cosine",
-            warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
-            weight_decay=0.0, logging_steps=max(1, cfg.max_steps // 40), save_strategy="no",
-            assistant_only_loss=True, max_length=max_length, seed=cfg.seed,
-            data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
-            **hardware.trainer_args, **tracking_args(report_to, model_id),
-            **checkpointing_arg(TRLSFTConfig, cfg.gradient_checkpointing),
-        )
+        args = sft_arguments(cfg, hardware, trainer_dir(workspace, out, model_id, report_to), max_length,
+                             report_to=report_to, run_name=model_id)
         trainer = quiet(sft_trainer(cfg.fused_loss, model=start.model, args=args, train_dataset=train,
                                     processing_class=tokenizer, peft_config=start.peft_config,
                                     callbacks=[progress_callback("sft", "SFT")]))
