@@ -166,3 +166,19 @@ def test_a_model_folder_trl_cannot_train_is_refused_in_one_line(tmp_path) -> Non
         check_sft_template(tok, tmp_path)
     with pytest.raises(UnsupportedTemplateError, match="cannot render tool calls"):
         check_rl_template(tok, tmp_path)
+
+
+def test_a_model_folder_the_user_brings_is_adopted_as_the_base_of_sft(thinking, tmp_path) -> None:
+    import shutil
+
+    from campflow.training.filtering import build_sft_dataset
+    from campflow.training.sft import train_sft
+
+    cfg, store, base = thinking
+    folder = tmp_path / "my-qwen3"
+    shutil.copytree(base.path, folder, ignore=shutil.ignore_patterns("campflow.json"))  # a plain save_pretrained
+    build = build_sft_dataset(store, cfg.workspace.path, ["teacher"], cfg.training.filter)
+    sft = train_sft(store, cfg.workspace.path, str(folder), build.dataset_id,
+                    cfg.training.sft.model_copy(update={"max_steps": 1, "batch_size": 2}))
+    parent = store.query("SELECT kind, path FROM checkpoints WHERE model_id = ?", [sft.checkpoint.parent_model_id])[0]
+    assert (parent["kind"], parent["path"]) == ("base", str(folder.resolve()))

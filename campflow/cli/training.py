@@ -113,7 +113,7 @@ def export(
     if fmt not in ("hf", "verl"):
         raise typer.BadParameter(f"format {fmt!r}: expected 'hf' or 'verl'", param_hint="--format")
     if (runs is None) == (merge is None):
-        raise typer.BadParameter("give --runs (episodes to export) or --merge (an adapter checkpoint), not both",
+        raise typer.BadParameter("give exactly one of --runs (episodes to export) and --merge (an adapter checkpoint)",
                                  param_hint="--runs / --merge")
     cfg = config_with(config, db)
     quiet_training()
