@@ -62,6 +62,27 @@ def rl_rows(instances: list[Instance]) -> list[dict[str, Any]]:
     return rows
 
 
+def grpo_arguments(cfg: RLConfig, hardware: Hardware, output_dir: Path, *, report_to: Sequence[str] = (),
+                   run_name: str | None = None) -> Any:
+    """TRL's ``GRPOConfig`` as campflow trains with it: ``cfg``'s group, schedule and scale options
+    (vLLM, per-device batch, accumulation), ``hardware``'s device and precision, trackers ``report_to``."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output_dir), max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.per_device_batch_size or cfg.num_generations * cfg.prompts_per_step,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
+        max_tool_calling_iterations=cfg.max_tool_calling_iterations, temperature=cfg.temperature,
+        beta=cfg.beta, logging_steps=1, save_strategy="no",
+        use_vllm=cfg.use_vllm, vllm_mode=cfg.vllm_mode, vllm_server_base_url=cfg.vllm_server_base_url,
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
+        remove_unused_columns=False, **hardware.trainer_args, **tracking_args(report_to, run_name or "campflow-rl"),
+        **checkpointing_arg(GRPOConfig, cfg.gradient_checkpointing),
+    )
+
+
 def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg: RLConfig,
              levels: list[int] | None = None, *, hardware: Hardware | None = None,
              report_to: Sequence[str] = ()) -> TrainResult:
@@ -82,7 +103,7 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
 
     import datasets
     from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     instances = rl_instances(store, bootcamps, cfg.instances_per_bootcamp, cfg.seed, levels)
     assert_not_eval((i.id for i in instances), store.eval_ids(), what="the RL training set")
@@ -96,20 +117,8 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
     start = starting_model(parent, cfg.lora, hardware)
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main) as out:
-        args = GRPOConfig(
-            output_dir=str(trainer_dir(workspace, out, model_id, report_to)), max_steps=cfg.max_steps,
-            learning_rate=cfg.learning_rate,
-            per_device_train_batch_size=cfg.per_device_batch_size or cfg.num_generations * cfg.prompts_per_step,
-            gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-            num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
-            max_tool_calling_iterations=cfg.max_tool_calling_iterations, temperature=cfg.temperature,
-            beta=cfg.beta, logging_steps=1, save_strategy="no",
-            use_vllm=cfg.use_vllm, vllm_mode=cfg.vllm_mode, vllm_server_base_url=cfg.vllm_server_base_url,
-            vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-            seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
-            remove_unused_columns=False, **hardware.trainer_args, **tracking_args(report_to, model_id),
-            **checkpointing_arg(GRPOConfig, cfg.gradient_checkpointing),
-        )
+        args = grpo_arguments(cfg, hardware, trainer_dir(workspace, out, model_id, report_to),
+                              report_to=report_to, run_name=model_id)
         trainer = quiet(GRPOTrainer(model=start.model, args=args, train_dataset=train, processing_class=tokenizer,
                                     environment_factory=environment_factories(bootcamps),
                                     peft_config=start.peft_config, callbacks=[progress_callback("rl", "RL")]))
