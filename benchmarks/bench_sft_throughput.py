@@ -44,6 +44,7 @@ def main() -> None:
     from campflow.storage.store import Store
     from campflow.training.base import ensure_base
     from campflow.training.filtering import build_sft_dataset
+    from campflow.hardware import resolve_hardware
     from campflow.training.sft import checkpointing_arg, sft_trainer
 
     datasets.disable_progress_bars()
@@ -63,8 +64,8 @@ def main() -> None:
 
     sft_args = SFTConfig(output_dir=str(ws / "trl"), max_steps=args.steps, per_device_train_batch_size=args.batch,
                          learning_rate=1e-3, lr_scheduler_type="constant", logging_steps=args.steps, report_to=[],
-                         save_strategy="no", bf16=False, use_cpu=True, assistant_only_loss=True, seed=0,
-                         disable_tqdm=True, dataloader_num_workers=0,
+                         save_strategy="no", assistant_only_loss=True, seed=0,
+                         disable_tqdm=True, dataloader_num_workers=0, **resolve_hardware("cpu").trainer_args,
                          **checkpointing_arg(SFTConfig, False))  # as campflow runs it (training.sft)
 
     def trainer_for(fused_loss: bool) -> Any:

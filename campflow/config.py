@@ -4,8 +4,8 @@
 ``CAMPFLOW__<SECTION>__<KEY>`` (e.g. ``CAMPFLOW__ROLLOUT__CONCURRENCY=64``); values are read as YAML.
 An invalid value is reported as one line naming the key, the value and what was expected.
 
-This module is a leaf: it imports nothing else from campflow but the error types, so every layer may
-read its configuration from here.
+This module is a leaf: it imports nothing else from campflow but the error types and the device pattern
+(both leaves too), so every layer may read its configuration from here.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from campflow.errors import ConfigError
+from campflow.hardware import DEVICE_PATTERN
 
 ENV_PREFIX = "CAMPFLOW__"
 
@@ -63,6 +64,11 @@ class PolicyConfig(Section):
     transport: Literal["aiohttp", "httpx"] = Field("aiohttp", description="HTTP transport of the openai client")
     send_reasoning: bool = Field(False, description="send earlier turns' reasoning back to the model")
     batch_size: int = Field(16, ge=1, le=1024, description="local models: sequences generated together")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="local models: auto | cpu | cuda | cuda:N | mps "
+                        "(auto: CUDA, then MPS, then the CPU)")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field("auto", description="local models: weights' precision "
+                                                               "(auto: bf16 where the GPU has it, fp16 on other CUDA "
+                                                               "GPUs, fp32 on a CPU)")
     noise: NoiseConfig = Field(default_factory=NoiseConfig, description="kind=noisy: its mistakes")
 
 
@@ -104,6 +110,8 @@ class TinyModelConfig(Section):
     kv_heads: int = Field(2, ge=1, le=64, description="key/value heads (grouped-query attention)")
     max_positions: int = Field(2048, ge=128, le=131_072, description="longest sequence, in tokens")
     corpus_per_level: int = Field(60, ge=1, le=100_000, description="oracle episodes per level for the tokenizer")
+    chat_template: Literal["qwen2.5", "qwen3"] = Field("qwen2.5", description="TRL's template the model speaks: "
+                                                       "qwen2.5 (all turns alike) or qwen3 (thinking: <think> blocks)")
 
 
 class FilterConfig(Section):
@@ -119,6 +127,17 @@ class FilterConfig(Section):
     balance: bool = Field(True, description="cap every bootcamp at the smallest bootcamp's count times 2")
 
 
+class LoRAConfig(Section):
+    """A LoRA adapter trained through PEFT instead of every weight (``null`` in the config: full fine-tuning)."""
+
+    r: int = Field(16, ge=1, le=4096, description="rank of the update matrices")
+    alpha: float = Field(32.0, gt=0, description="scaling: the update is multiplied by alpha / r")
+    dropout: float = Field(0.05, ge=0, lt=1, description="dropout on the adapter's input")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="module names that get adapters (e.g. [q_proj, v_proj]); all-linear: every "
+        "linear layer but the output head")
+
+
 class SFTConfig(Section):
     """Supervised fine-tuning with TRL's SFTTrainer (assistant-only loss)."""
 
@@ -131,6 +150,9 @@ class SFTConfig(Section):
                                          "tiny model time")
     fused_loss: bool = Field(False, description="TRL's chunked lm-head loss kernel (saves GPU memory on large "
                              "vocabularies); off: the model's own cross-entropy, ~1.5x faster for the tiny model")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="batches accumulated per optimizer step (the "
+                                             "effective batch is batch_size x this x processes)")
+    lora: LoRAConfig | None = Field(None, description="train a LoRA adapter (PEFT); null: full fine-tuning")
     seed: int = Field(0, description="data order and dropout seed")
 
 
@@ -148,6 +170,16 @@ class RLConfig(Section):
     instances_per_bootcamp: int = Field(256, ge=1, description="train-split instances offered per bootcamp")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass to save "
                                          "memory (large models)")
+    per_device_batch_size: int | None = Field(None, ge=1, description="completions per device per step; null: "
+                                              "num_generations x prompts_per_step")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="batches accumulated per optimizer step")
+    use_vllm: bool = Field(False, description="generate rollouts with vLLM (TRL's integration; needs vllm)")
+    vllm_mode: Literal["colocate", "server"] = Field("colocate", description="colocate: vLLM inside the training "
+                                                     "processes; server: a `trl vllm-serve` server")
+    vllm_server_base_url: str | None = Field(None, description="vllm_mode server: its URL, e.g. http://host:8000")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm_mode colocate: share of GPU "
+                                               "memory vLLM may take")
+    lora: LoRAConfig | None = Field(None, description="train a LoRA adapter (PEFT); null: full fine-tuning")
     seed: int = Field(0, description="sampling and data order seed")
 
 
@@ -158,6 +190,12 @@ class TrainingConfig(Section):
     levels: list[int] | None = Field(None, description="only these levels; None: all")
     collect_n: int = Field(400, ge=1, description="train-split instances per bootcamp for teacher collection")
     collect_samples: int = Field(1, ge=1, description="episodes per instance (best-of-k for sampling policies)")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto | cpu | cuda | cuda:N | mps (auto: CUDA, "
+                        "then MPS, then the CPU; under accelerate launch each process takes its own GPU)")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field("auto", description="auto: bf16 where the GPU has "
+                                                               "it, fp16 on other CUDA GPUs, fp32 on a CPU")
+    report_to: list[str] = Field([], description="experiment trackers, as transformers names them (trackio, "
+                                 "tensorboard, wandb, ...); [] logs to the store only")
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)

@@ -190,6 +190,7 @@ def test_the_models_own_loss_equals_trls_fused_loss_on_the_same_batch(small, tmp
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig
 
+    from campflow.hardware import resolve_hardware
     from campflow.training.sft import checkpointing_arg, sft_trainer
 
     cfg, store, base = small
@@ -197,8 +198,9 @@ def test_the_models_own_loss_equals_trls_fused_loss_on_the_same_batch(small, tmp
     train = datasets.load_from_disk(str(build.path))
     tokenizer = AutoTokenizer.from_pretrained(base.path)
     model = AutoModelForCausalLM.from_pretrained(base.path)
-    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, report_to=[], bf16=False,
-                     use_cpu=True, assistant_only_loss=True, disable_tqdm=True, **checkpointing_arg(SFTConfig, False))
+    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, report_to=[],
+                     assistant_only_loss=True, disable_tqdm=True, **resolve_hardware("cpu").trainer_args,
+                     **checkpointing_arg(SFTConfig, False))
     ours = sft_trainer(False, model=model, args=args, train_dataset=train, processing_class=tokenizer)
     trls = sft_trainer(True, model=model, args=args, train_dataset=train, processing_class=tokenizer)
     batch = next(iter(ours.get_train_dataloader()))

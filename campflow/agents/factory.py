@@ -32,7 +32,7 @@ def build_policy(cfg: PolicyConfig) -> Policy:
     from campflow.agents.local import LocalPolicy
 
     return LocalPolicy(cfg.model, batch_size=cfg.batch_size, max_new_tokens=cfg.max_tokens,
-                       temperature=cfg.temperature, seed=cfg.noise.seed)
+                       temperature=cfg.temperature, seed=cfg.noise.seed, device=cfg.device, precision=cfg.precision)
 
 
 def policy_model_id(cfg: PolicyConfig) -> str:

@@ -3,8 +3,12 @@
 Episodes in flight each ask for one turn; a batcher gathers the waiting requests (up to
 ``batch_size``, or whatever arrived within a few milliseconds), renders them with the model's own
 chat template, and generates them together, left-padded, on a worker thread so the event loop keeps
-serving the other episodes. The reply is the raw text: the engine's parser reads the
-``<tool_call>`` blocks, exactly as it does for any other policy.
+serving the other episodes. How the reply becomes tool calls follows the model's template
+(:mod:`campflow.agents.templates`): ``<tool_call>`` text goes to the engine's parser as is; other
+formats (Llama 3) are parsed by TRL's response template for that model.
+
+The model is placed and cast by :func:`campflow.hardware.resolve_hardware` (``policy.device`` and
+``policy.precision``); a folder holding a PEFT adapter is loaded as its base model plus the adapter.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.errors import ContextOverflowError, PolicyError
+from campflow.hardware import Hardware, resolve_hardware
 
 
 # transformers' from_pretrained swaps a class attribute (PreTrainedModel.tie_weights) for the duration
@@ -27,17 +32,46 @@ from campflow.errors import ContextOverflowError, PolicyError
 # (and later models with an untied, empty lm_head). Every load in campflow holds this lock.
 MODEL_LOADING = threading.RLock()
 
+ADAPTER_CONFIG = "adapter_config.json"
 
-def load_model(path: str) -> tuple[Any, Any, threading.Lock]:
-    """Model, tokenizer and a generation lock for ``path``, loaded once per process (thread-safe)."""
+
+def adapter_base(path: str | Path) -> str | None:
+    """The base model folder of a PEFT adapter folder, or None when ``path`` holds a whole model."""
+    config = Path(path) / ADAPTER_CONFIG
+    if not config.exists():
+        return None
+    return json.loads(config.read_text())["base_model_name_or_path"]
+
+
+def load_causal_lm(path: str | Path, dtype: Any, *, trainable_adapter: bool = False) -> Any:
+    """A causal LM from a model folder, or from an adapter folder as its base plus the adapter (PEFT).
+
+    ``trainable_adapter`` loads an adapter ready to train further; otherwise it is loaded for inference.
+    """
+    from transformers import AutoModelForCausalLM
+
+    base = adapter_base(path)
     with MODEL_LOADING:
-        return _load_model(path)
+        if base is None:
+            return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        from peft import PeftModel
+
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+        return PeftModel.from_pretrained(model, str(path), is_trainable=trainable_adapter)
+
+
+def load_model(path: str, hardware: Hardware | None = None) -> tuple[Any, Any, threading.Lock]:
+    """Model, tokenizer and a generation lock for ``path`` on ``hardware`` (default: resolved from auto),
+    loaded once per process (thread-safe)."""
+    hardware = hardware or resolve_hardware()
+    with MODEL_LOADING:
+        return _load_model(path, hardware.device, hardware.dtype)
 
 
 @functools.lru_cache(maxsize=4)
-def _load_model(path: str) -> tuple[Any, Any, threading.Lock]:
+def _load_model(path: str, device: str, dtype: str) -> tuple[Any, Any, threading.Lock]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the CLI shows its own progress; per-load bars would interleave
@@ -45,9 +79,11 @@ def _load_model(path: str) -> tuple[Any, Any, threading.Lock]:
         raise PolicyError(f"no local model at {path}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = load_causal_lm(path, getattr(torch, dtype))
     except OSError as exc:
         raise PolicyError(f"cannot load a model from {path}: {exc}") from None
+    if device != "cpu":
+        model.to(device)
     model.eval()
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -79,21 +115,30 @@ class LocalPolicy(Policy):
         temperature: 0 for greedy decoding, else sampling at this temperature.
         seed: seeds sampling (each batch reseeds from it and a counter, so runs repeat).
         model_id: what the store records (default: the path).
+        device / precision: where and how the model runs (see :func:`campflow.hardware.resolve_hardware`).
     """
 
     def __init__(self, path: str | Path, *, batch_size: int = 16, max_new_tokens: int = 256,
-                 temperature: float = 0.0, seed: int = 0, model_id: str | None = None) -> None:
+                 temperature: float = 0.0, seed: int = 0, model_id: str | None = None, device: str = "auto",
+                 precision: str = "auto") -> None:
         self.path = str(path)
         self.model_id = model_id or stamped_model_id(self.path) or self.path
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.temperature, self.seed = temperature, seed
+        self.hardware = resolve_hardware(device, precision)  # a setting this machine lacks fails here, at once
+        self._format: Any = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task | None = None
         self._batches = 0
 
     async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
         if self._queue is None:
-            load_model(self.path)  # fail fast, on this episode, if the model cannot load
+            _, tokenizer, _ = load_model(self.path, self.hardware)  # fail fast, on this episode, if it cannot load
+            from campflow.agents.templates import chat_format
+
+            self._format = chat_format(tokenizer.chat_template)
+            # a thinking template decides itself where earlier reasoning shows; send it what it would render
+            self.send_reasoning = self._format.thinking
             self._queue = asyncio.Queue()
             self._worker = asyncio.create_task(self._serve())
         future = asyncio.get_running_loop().create_future()
@@ -127,7 +172,7 @@ class LocalPolicy(Policy):
 
         from campflow.agents.chat import template_messages
 
-        model, tokenizer, lock = load_model(self.path)
+        model, tokenizer, lock = load_model(self.path, self.hardware)
         limit = model.config.max_position_embeddings - self.max_new_tokens
         prompts: list[list[int] | Exception] = []
         for req in batch:
@@ -142,8 +187,8 @@ class LocalPolicy(Policy):
         outputs: list[list[int]] = []
         if todo:
             width = max(len(p) for p in todo)
-            input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in todo])
-            attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in todo])
+            input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in todo], device=model.device)
+            attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in todo], device=model.device)
             sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else \
                 {"do_sample": False}
             with lock, torch.inference_mode():
@@ -156,15 +201,28 @@ class LocalPolicy(Policy):
             outputs = [row[width:].tolist() for row in generated]
         replies: list[PolicyReply | Exception] = []
         it = iter(outputs)
-        for p in prompts:
+        for req, p in zip(batch, prompts):
             if isinstance(p, Exception):
                 replies.append(p)
                 continue
             new = _until_eos(next(it), tokenizer.eos_token_id, tokenizer.pad_token_id)
-            text = tokenizer.decode(new, skip_special_tokens=True)
-            replies.append(PolicyReply(content=text, prompt_tokens=len(p), completion_tokens=len(new),
-                                       finish_reason="stop" if len(new) < self.max_new_tokens else "length"))
+            finish = "stop" if len(new) < self.max_new_tokens else "length"
+            reply = PolicyReply(content=tokenizer.decode(new, skip_special_tokens=True), prompt_tokens=len(p),
+                                completion_tokens=len(new), finish_reason=finish)
+            if self._format is not None and self._format.tool_calls == "parsed":
+                self._parse(reply, tokenizer, p, new, finish, req.tools or None)
+            replies.append(reply)
         return replies
+
+    @staticmethod
+    def _parse(reply: PolicyReply, tokenizer: Any, prompt: list[int], new: list[int], finish: str,
+               tools: list[dict[str, Any]] | None) -> None:
+        """Native tool calls from a reply in a format the engine does not read (TRL's parser for it)."""
+        from campflow.agents.templates import parse_reply
+
+        text = tokenizer.decode(new) + (tokenizer.eos_token if finish == "stop" else "")
+        parsed = parse_reply(tokenizer, text, tokenizer.decode(prompt), tools)
+        reply.content, reply.tool_calls, reply.reasoning = parsed["content"], parsed["tool_calls"], parsed["reasoning"]
 
     async def aclose(self) -> None:
         if self._worker is not None:

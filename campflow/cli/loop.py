@@ -40,11 +40,12 @@ def _pct(value: float, sign: bool = False) -> str:
 def improve(
     resume: bool = typer.Option(False, "--resume", help="continue the latest unfinished cycle (or --cycle-id)"),
     cycle_id: str | None = typer.Option(None, "--cycle-id", help="name a new cycle, or the one to resume"),
+    start: str | None = typer.Option(None, "--from", help="improve.model: 'embedded' or a local model folder"),
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
     """One improvement cycle: evaluate, mine, synthesize, collect, SFT, RL, re-evaluate, promote."""
-    cfg = config_with(config, db)
+    cfg = config_with(config, db, **{"improve.model": start})
     register_workspace_imports(cfg.workspace.db_path)
     from campflow.bootcamps import registry
 

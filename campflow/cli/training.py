@@ -32,9 +32,14 @@ def quiet_training() -> None:
 
 
 def _live():
+    from contextlib import nullcontext
+
     from campflow import progress
     from campflow.cli.display import RichReporter
+    from campflow.training.distributed import is_main_process
 
+    if not is_main_process():  # under accelerate launch, one process shows progress
+        return nullcontext(), progress.use(progress.Reporter())
     reporter = RichReporter(console)
     return reporter, progress.use(reporter)
 
@@ -96,17 +101,31 @@ def dataset_build(
 @app.command()
 def export(
     fmt: str = typer.Option("hf", "--format", "-f", help="hf (a datasets folder) | verl (RL parquet)"),
-    runs: str = typer.Option(..., "--runs", help="comma-separated run ids"),
+    runs: str | None = typer.Option(None, "--runs", help="comma-separated run ids"),
+    merge: str | None = typer.Option(None, "--merge", help="an adapter checkpoint (id or path): write it merged "
+                                     "into its base as one model folder"),
     out: Path = typer.Option(..., "--out", "-o", help="where to write"),
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
-    """Export filtered episodes: a Hugging Face dataset for TRL, or verl-style parquet for RL at scale."""
+    """Export filtered episodes (a Hugging Face dataset for TRL, or verl-style parquet for RL at scale), or
+    an adapter checkpoint merged into its base (--merge)."""
     if fmt not in ("hf", "verl"):
         raise typer.BadParameter(f"format {fmt!r}: expected 'hf' or 'verl'", param_hint="--format")
+    if (runs is None) == (merge is None):
+        raise typer.BadParameter("give exactly one of --runs (episodes to export) and --merge (an adapter checkpoint)",
+                                 param_hint="--runs / --merge")
     cfg = config_with(config, db)
     quiet_training()
     from campflow.storage.store import Store
+
+    if merge is not None:
+        from campflow.training.adapters import merge_adapter
+        from campflow.training.checkpoints import get
+
+        ckpt = get(Store(cfg.workspace.db_path), merge)
+        console.print(f"wrote {merge_adapter(ckpt.path, out)} ({ckpt.model_id} merged into its base)")
+        return
     from campflow.training.filtering import build_sft_dataset, export_verl
 
     store = Store(cfg.workspace.db_path)
@@ -140,7 +159,7 @@ def train_base(
 
 @train_app.command("sft")
 def train_sft_command(
-    base: str = typer.Option(..., "--from", help="checkpoint id or path to start from"),
+    base: str = typer.Option(..., "--from", help="checkpoint id, its path, or a model folder to start from"),
     dataset: str = typer.Option(..., "--dataset", help="SFT dataset id (campflow dataset build)"),
     steps: int | None = typer.Option(None, "--steps", help="optimizer steps"),
     config: Path | None = ConfigOption,
@@ -154,13 +173,14 @@ def train_sft_command(
 
     reporter, installed = _live()
     with reporter, installed:
-        result = train_sft(Store(cfg.workspace.db_path), cfg.workspace.path, base, dataset, cfg.training.sft)
+        result = train_sft(Store(cfg.workspace.db_path), cfg.workspace.path, base, dataset, cfg.training.sft,
+                           hardware=_hardware(cfg), report_to=cfg.training.report_to)
     _report(result)
 
 
 @train_app.command("rl")
 def train_rl_command(
-    base: str = typer.Option(..., "--from", help="checkpoint id or path to start from"),
+    base: str = typer.Option(..., "--from", help="checkpoint id, its path, or a model folder to start from"),
     bootcamps: str | None = typer.Option(None, "--bootcamps", "-b", help="comma-separated bootcamps (environments)"),
     steps: int | None = typer.Option(None, "--steps", help="optimizer steps"),
     config: Path | None = ConfigOption,
@@ -176,11 +196,22 @@ def train_rl_command(
     reporter, installed = _live()
     with reporter, installed:
         result = train_rl(Store(cfg.workspace.db_path), cfg.workspace.path, base, cfg.training.bootcamps,
-                          cfg.training.rl, cfg.training.levels)
+                          cfg.training.rl, cfg.training.levels, hardware=_hardware(cfg),
+                          report_to=cfg.training.report_to)
     _report(result)
 
 
+def _hardware(cfg):  # noqa: ANN001, ANN202
+    from campflow.hardware import resolve_hardware
+
+    return resolve_hardware(cfg.training.device, cfg.training.precision)
+
+
 def _report(result) -> None:  # noqa: ANN001
+    from campflow.training.distributed import is_main_process
+
+    if not is_main_process():  # under accelerate launch, one process reports (and recorded the checkpoint)
+        return
     ckpt = result.checkpoint
     shown = {k: v for k, v in result.metrics.items() if not k.endswith("_curve")}
     console.print(f"[bold]{ckpt.kind}[/] {ckpt.model_id} (from {ckpt.parent_model_id}) at {ckpt.path}"

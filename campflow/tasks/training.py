@@ -7,6 +7,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from campflow.config import CampflowConfig
+from campflow.hardware import resolve_hardware
 from campflow.storage.store import Store
 from campflow.training import checkpoints
 from campflow.training.base import ensure_base
@@ -34,12 +35,15 @@ def build_dataset_task(cfg: CampflowConfig, run_ids: list[str]) -> str:
 @task(name="sft", cache_policy=NO_CACHE)
 def sft_task(cfg: CampflowConfig, base: str, dataset_id: str) -> str:
     """Supervised fine-tuning; returns the new checkpoint's id."""
-    return train_sft(Store(cfg.workspace.db_path), cfg.workspace.path, base, dataset_id,
-                     cfg.training.sft).checkpoint.model_id
+    return train_sft(Store(cfg.workspace.db_path), cfg.workspace.path, base, dataset_id, cfg.training.sft,
+                     hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
+                     report_to=cfg.training.report_to).checkpoint.model_id
 
 
 @task(name="rl", cache_policy=NO_CACHE)
 def rl_task(cfg: CampflowConfig, base: str) -> str:
     """GRPO on the bootcamps as environments; returns the new checkpoint's id."""
     return train_rl(Store(cfg.workspace.db_path), cfg.workspace.path, base, cfg.training.bootcamps,
-                    cfg.training.rl, cfg.training.levels).checkpoint.model_id
+                    cfg.training.rl, cfg.training.levels,
+                    hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
+                    report_to=cfg.training.report_to).checkpoint.model_id

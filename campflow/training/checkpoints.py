@@ -81,10 +81,17 @@ def register(store: Store, model_id: str, kind: str, path: Path, *, parent: str 
 
 
 @contextmanager
-def staging(final: Path) -> Iterator[Path]:
+def staging(final: Path, *, write: bool = True) -> Iterator[Path]:
     """A scratch folder that becomes ``final`` only when the block completes (a killed run leaves no
-    half-written checkpoint under the final name)."""
+    half-written checkpoint under the final name).
+
+    With ``write=False`` (a non-main process of a distributed run) the same path is yielded and nothing
+    is created, removed or renamed: the main process owns the folder.
+    """
     tmp = final.with_name(final.name + ".partial")
+    if not write:
+        yield tmp
+        return
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -94,7 +101,22 @@ def staging(final: Path) -> Iterator[Path]:
     tmp.replace(final)
 
 
-def adopt(store: Store, path: str | Path) -> Checkpoint:
+def resolve(store: Store, model: str, *, record: bool = True) -> Checkpoint:
+    """The checkpoint ``model`` names (an id or a registered path), or a model folder the user brings,
+    adopted as a ``base`` checkpoint (any Hugging Face model saved with ``save_pretrained``).
+
+    ``record=False`` (a non-main process of a distributed run) names the adopted folder without
+    writing it into the store.
+    """
+    try:
+        return get(store, model)
+    except UnknownCheckpointError:
+        if (Path(model) / "config.json").exists():
+            return adopt(store, model, record=record)
+        raise
+
+
+def adopt(store: Store, path: str | Path, *, record: bool = True) -> Checkpoint:
     """Register a model folder the user brings (a ``save_pretrained`` folder) as a ``base`` checkpoint."""
     folder = Path(path)
     if not (folder / "config.json").exists():
@@ -102,4 +124,8 @@ def adopt(store: Store, path: str | Path) -> Checkpoint:
                                      "save_pretrained, or improve.model: embedded")
     model_id = checkpoint_id("base", str(folder.resolve()))
     existing = find(store, model_id)
-    return existing or register(store, model_id, "base", folder.resolve())
+    if existing is not None:
+        return existing
+    if not record:
+        return Checkpoint(model_id, "base", folder.resolve(), None, None, {})
+    return register(store, model_id, "base", folder.resolve())

@@ -4,6 +4,9 @@ The training set is train-split instances of the chosen bootcamps (synthesized v
 when the store has them): one row per instance with its system prompt, its bootcamp (TRL's
 ``environment`` field selects the environment) and the params and seed that ``reset`` rebuilds it
 from. Every row is checked against the eval split before training starts.
+
+TRL's scale options pass through from ``training.rl`` (``use_vllm``, ``vllm_mode``, the per-device
+batch, gradient accumulation); TRL validates their combinations itself.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +25,15 @@ from campflow.storage.imports import register_recorded
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_eval, train_instances
 from campflow.config import RLConfig
+from campflow.hardware import Hardware, resolve_hardware
 from campflow.storage.store import Store
 from campflow.training import checkpoints
+from campflow.training.adapters import adapter_metrics, starting_model
+from campflow.training.distributed import is_main_process, processes
 from campflow.training.environments import environment_factories
 from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet
+from campflow.training.templates import check_rl_template
+from campflow.training.tracking import trainer_dir, tracking_args
 
 
 def rl_instances(store: Store, bootcamps: list[str], per_bootcamp: int, seed: int,
@@ -53,55 +62,80 @@ def rl_rows(instances: list[Instance]) -> list[dict[str, Any]]:
     return rows
 
 
+def grpo_arguments(cfg: RLConfig, hardware: Hardware, output_dir: Path, *, report_to: Sequence[str] = (),
+                   run_name: str | None = None) -> Any:
+    """TRL's ``GRPOConfig`` as campflow trains with it: ``cfg``'s group, schedule and scale options
+    (vLLM, per-device batch, accumulation), ``hardware``'s device and precision, trackers ``report_to``."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output_dir), max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.per_device_batch_size or cfg.num_generations * cfg.prompts_per_step,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
+        max_tool_calling_iterations=cfg.max_tool_calling_iterations, temperature=cfg.temperature,
+        beta=cfg.beta, logging_steps=1, save_strategy="no",
+        use_vllm=cfg.use_vllm, vllm_mode=cfg.vllm_mode, vllm_server_base_url=cfg.vllm_server_base_url,
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
+        remove_unused_columns=False, **hardware.trainer_args, **tracking_args(report_to, run_name or "campflow-rl"),
+        **checkpointing_arg(GRPOConfig, cfg.gradient_checkpointing),
+    )
+
+
 def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg: RLConfig,
-             levels: list[int] | None = None) -> TrainResult:
-    """GRPO from checkpoint ``base`` on ``bootcamps``; returns the registered ``rl`` checkpoint."""
+             levels: list[int] | None = None, *, hardware: Hardware | None = None,
+             report_to: Sequence[str] = ()) -> TrainResult:
+    """GRPO from checkpoint ``base`` (an id, a registered path, or a model folder) on ``bootcamps``;
+    returns the registered ``rl`` checkpoint. ``hardware`` and ``report_to`` as for :func:`train_sft`;
+    under ``accelerate launch`` only the main process writes the checkpoint and the store."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    hardware = hardware or resolve_hardware()
+    main = is_main_process()
     register_recorded(store)
     bootcamps = registry.parse_names(bootcamps)
-    parent = checkpoints.get(store, base)
-    model_id = checkpoints.checkpoint_id("rl", parent.model_id, sorted(bootcamps), levels, cfg.model_dump())
+    parent = checkpoints.resolve(store, base, record=main)
+    model_id = checkpoints.checkpoint_id("rl", parent.model_id, sorted(bootcamps), levels, cfg.model_dump(),
+                                         hardware.precision, *processes())
     existing = checkpoints.find(store, model_id)
     if existing is not None:
         return TrainResult(existing, existing.metrics, reused=True)
 
     import datasets
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
 
     instances = rl_instances(store, bootcamps, cfg.instances_per_bootcamp, cfg.seed, levels)
     assert_not_eval((i.id for i in instances), store.eval_ids(), what="the RL training set")
-    store.write_instances(instances, split="train")
+    if main:
+        store.write_instances(instances, split="train")
     train = datasets.Dataset.from_list(rl_rows(instances))
+    hardware.select()
     with MODEL_LOADING:
         tokenizer = AutoTokenizer.from_pretrained(parent.path, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(parent.path)
+    check_rl_template(tokenizer, parent.path)
+    start = starting_model(parent, cfg.lora, hardware)
     final = checkpoints.models_dir(workspace) / model_id
-    with checkpoints.staging(final) as out:
-        args = GRPOConfig(
-            output_dir=str(out / "trainer"), max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
-            per_device_train_batch_size=cfg.num_generations * cfg.prompts_per_step,
-            num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
-            max_tool_calling_iterations=cfg.max_tool_calling_iterations, temperature=cfg.temperature,
-            beta=cfg.beta, logging_steps=1, save_strategy="no", report_to=[], bf16=False, use_cpu=True,
-            seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
-            remove_unused_columns=False, **checkpointing_arg(GRPOConfig, cfg.gradient_checkpointing),
-        )
-        trainer = quiet(GRPOTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+    with checkpoints.staging(final, write=main) as out:
+        args = grpo_arguments(cfg, hardware, trainer_dir(workspace, out, model_id, report_to),
+                              report_to=report_to, run_name=model_id)
+        trainer = quiet(GRPOTrainer(model=start.model, args=args, train_dataset=train, processing_class=tokenizer,
                                     environment_factory=environment_factories(bootcamps),
-                                    callbacks=[progress_callback("rl", "RL")]))
+                                    peft_config=start.peft_config, callbacks=[progress_callback("rl", "RL")]))
         started = time.perf_counter()
         trainer.train()
         elapsed = time.perf_counter() - started
-        trainer.save_model(str(out))
-        tokenizer.save_pretrained(str(out))
+        trainer.save_model(str(out))  # every process: gathers sharded weights; only the main one writes
         history = trainer.state.log_history
         rewards = [(h["step"], h["reward"]) for h in history if "reward" in h]
         metrics = {"steps": trainer.state.global_step, "seconds": round(elapsed, 1), "reward_curve": rewards,
                    "first_reward": rewards[0][1] if rewards else None,
-                   "last_reward": rewards[-1][1] if rewards else None, "instances": len(instances)}
-
-
+                   "last_reward": rewards[-1][1] if rewards else None, "instances": len(instances),
+                   "device": hardware.kind, "precision": hardware.precision,
+                   **adapter_metrics(start, trainer.model, cfg.lora)}
+        if not main:
+            return TrainResult(checkpoints.Checkpoint(model_id, "rl", final, parent.model_id, None, metrics), metrics)
+        tokenizer.save_pretrained(str(out))
         shutil.rmtree(out / "trainer", ignore_errors=True)
     ckpt = checkpoints.register(store, model_id, "rl", final, parent=parent.model_id, metrics=metrics)
     return TrainResult(ckpt, metrics)

@@ -9,7 +9,11 @@ word-level pre-splitting, and training on a CPU ~2.5x cheaper (measured on calcu
 is TRL's Qwen2.5 template, byte for byte, so TRL recognizes it (tool-call parsing, the training
 template with generation markers) and our own parser reads the same ``<tool_call>`` JSON. Qwen2.5's
 turns all look alike; Qwen3's template adds an empty think block to the last assistant turn only,
-which would teach a multi-turn model two formats.
+which would teach a multi-turn model two formats, so it is an option (``chat_template: qwen3``) for
+exercising the thinking path, not the default.
+
+Weights are initialized in float32 on the CPU (deterministic for a seed) and saved in the precision
+:func:`campflow.hardware.resolve_hardware` gives (float32 for the embedded default).
 
 Everything is deterministic for a seed: the corpus, the tokenizer and the initial weights.
 """
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from campflow.config import TinyModelConfig
+from campflow.hardware import Hardware, resolve_hardware
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Added as ordinary tokens (as Qwen2.5 does) so they survive decoding with skip_special_tokens.
@@ -41,14 +46,15 @@ class BuiltModel:
     fingerprint: str
 
 
-def chat_template() -> str:
-    """TRL's Qwen2.5 chat template, exactly as TRL ships it (TRL matches templates by their text)."""
-    from trl.chat_template_utils import qwen2_5_chat_template
+def chat_template(name: str = "qwen2.5") -> str:
+    """TRL's chat template ``name`` (qwen2.5 or qwen3), exactly as TRL ships it (TRL matches templates by text)."""
+    from trl import chat_template_utils
 
-    return qwen2_5_chat_template
+    templates = {"qwen2.5": chat_template_utils.qwen2_5_chat_template, "qwen3": chat_template_utils.qwen3_chat_template}
+    return templates[name]
 
 
-def corpus(bootcamps: Sequence[str], per_level: int, seed: int) -> Iterator[str]:
+def corpus(bootcamps: Sequence[str], per_level: int, seed: int, template_name: str = "qwen2.5") -> Iterator[str]:
     """Chat-template renderings of oracle episodes on training instances of ``bootcamps``."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
@@ -58,7 +64,7 @@ def corpus(bootcamps: Sequence[str], per_level: int, seed: int) -> Iterator[str]
     from campflow.rollout.engine import EpisodeSpec, run_episodes
     from campflow.agents.chat import template_messages
 
-    template = chat_template()
+    template = chat_template(template_name)
     for name in bootcamps:
         bootcamp = registry.make(name)
         instances = train_instances(bootcamp, per_level * len(bootcamp.levels), seed=seed)
@@ -69,7 +75,7 @@ def corpus(bootcamps: Sequence[str], per_level: int, seed: int) -> Iterator[str]
             yield rendered[0][0] if isinstance(rendered, tuple) else rendered[0]
 
 
-def build_tokenizer(texts: Sequence[str], vocab_size: int):
+def build_tokenizer(texts: Sequence[str], vocab_size: int, template_name: str = "qwen2.5"):
     """Train a byte-level BPE with single-digit tokens and wrap it as a transformers tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -89,7 +95,7 @@ def build_tokenizer(texts: Sequence[str], vocab_size: int):
                                         additional_special_tokens=["<|im_start|>"], model_max_length=4096,
                                         padding_side="left", clean_up_tokenization_spaces=False)
     tokenizer.add_tokens(TAG_TOKENS, special_tokens=False)
-    tokenizer.chat_template = chat_template()
+    tokenizer.chat_template = chat_template(template_name)
     return tokenizer
 
 
@@ -99,13 +105,20 @@ def _escape(token: str) -> str:
     return re.escape(token)
 
 
-def build_tiny_model(out: Path, cfg: TinyModelConfig, bootcamps: Sequence[str]) -> BuiltModel:
-    """Build the tokenizer and a freshly initialized model for ``bootcamps`` and save both to ``out``."""
+def build_tiny_model(out: Path, cfg: TinyModelConfig, bootcamps: Sequence[str], *,
+                     texts: Sequence[str] | None = None, hardware: Hardware | None = None) -> BuiltModel:
+    """Build the tokenizer and a freshly initialized model for ``bootcamps`` and save both to ``out``.
+
+    ``texts`` replaces the bootcamps' corpus for the tokenizer; ``hardware`` sets the saved precision
+    (default: fp32, the embedded model's).
+    """
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    texts = list(corpus(bootcamps, cfg.corpus_per_level, cfg.seed))
-    tokenizer = build_tokenizer(texts, cfg.vocab_size)
+    hardware = hardware or resolve_hardware("cpu", "fp32")
+    texts = list(texts) if texts is not None else list(corpus(bootcamps, cfg.corpus_per_level, cfg.seed,
+                                                                cfg.chat_template))
+    tokenizer = build_tokenizer(texts, cfg.vocab_size, cfg.chat_template)
     config = Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
@@ -115,6 +128,9 @@ def build_tiny_model(out: Path, cfg: TinyModelConfig, bootcamps: Sequence[str]) 
     )
     torch.manual_seed(cfg.seed)
     model = Qwen3ForCausalLM(config)
+    if hardware.dtype != "float32":
+        model = model.to(hardware.torch_dtype())
+        model.config.dtype = hardware.dtype
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id, do_sample=False)
     out.mkdir(parents=True, exist_ok=True)
