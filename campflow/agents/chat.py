@@ -40,7 +40,7 @@ def template_messages(transcript: Sequence[dict[str, Any]], *, strict: bool = Tr
             if calls:
                 msg["tool_calls"] = calls
             if message.get("reasoning_content"):  # thinking templates render it; the others ignore it
-                msg["reasoning_content"] = text_of(message["reasoning_content"])
+                msg["reasoning_content"] = content_text(message["reasoning_content"])
             out.append(msg)
         elif role == "tool":
             out.append({"role": "tool", "name": message.get("name", ""), "content": content})
