@@ -75,7 +75,8 @@ class Fragile(Calculator):
 
 SLOW_SQL = ("SELECT sum(length(upper(replace(replace(replace('aaaaa' || a.order_id, 'a', 'aaaaa'), 'a', 'aaaaa'), "
             "'a', 'aaa')))) FROM order_items a, order_items b, order_items c, order_items d")
-LONG_VALUE_SQL = "SELECT length(replace(replace(replace('aaaaaaaaaa', 'a', 'aaaaaaaaaa'), 'a', 'aaaaaaaaaa'), 'a', 'aa'))"
+LONG_VALUE_SQL = ("SELECT length(replace(replace(replace('aaaaaaaaaa', 'a', 'aaaaaaaaaa'), 'a', 'aaaaaaaaaa'), "
+                  "'a', 'aa'))")
 DEEP_FOLDER = "d1/d2/d3/d4/d5/d6/d7/d8"
 LONG_FOLDER = "/".join(c * 60 for c in "wxyz")  # 243 characters, as mkdir allows
 
@@ -109,11 +110,13 @@ CASES = [
          [PolicyReply(tool_calls=[native("calculate", {"expression": nested(5000)})])] * THRICE,
          Termination.INVALID_TOOL_CALL, "arguments of calculate cannot be read: they are nested too deeply"),
     Case("long_integer_in_a_text_call", "calculator",
-         [PolicyReply(content=text_call(f'{{"name": "calculate", "arguments": {{"expression": {LONG_INT}}}}}'))] * THRICE,
+         [PolicyReply(content=text_call(f'{{"name": "calculate", "arguments": {{"expression": {LONG_INT}}}}}'))]
+         * THRICE,
          Termination.INVALID_TOOL_CALL, "not valid JSON (a number has more than 4300 digits)"),
     Case("long_integer_in_native_arguments", "calculator",
          [PolicyReply(tool_calls=[native("calculate", f'{{"expression": {LONG_INT}}}')])] * THRICE,
-         Termination.INVALID_TOOL_CALL, "arguments of calculate are not valid JSON (a number has more than 4300 digits)"),
+         Termination.INVALID_TOOL_CALL,
+         "arguments of calculate are not valid JSON (a number has more than 4300 digits)"),
     Case("long_integer_object_as_native_arguments", "calculator",
          [PolicyReply(tool_calls=[native("calculate", {"expression": 10 ** 5000})])] * THRICE,
          Termination.INVALID_TOOL_CALL, "cannot be read: a number has more than 4300 digits"),
@@ -130,8 +133,9 @@ CASES = [
          [says("calculate", {"expression": "1+" * 500_000 + "1"})] * THRICE,
          Termination.FORMAT_ERROR, "the reply has 1000030 characters; at most 32000 are read"),
     Case("a_megabyte_of_arguments_beside_some_text", "calculator",
-         [PolicyReply(content="adding", tool_calls=[native("calculate", json.dumps({"expression": "1+" * 500_000 + "1"}))])]
-         * THRICE, Termination.FORMAT_ERROR, "the reply has 1000036 characters; at most 32000 are read"),
+         [PolicyReply(content="adding",
+                      tool_calls=[native("calculate", json.dumps({"expression": "1+" * 500_000 + "1"}))])] * THRICE,
+         Termination.FORMAT_ERROR, "the reply has 1000036 characters; at most 32000 are read"),
     Case("a_megabyte_of_reasoning", "calculator",
          [PolicyReply(reasoning="hmm " * 250_000, tool_calls=[native("calculate", '{"expression": "1+1"}')])] * THRICE,
          Termination.FORMAT_ERROR, "the reply has 1000000 characters; at most 32000 are read"),
@@ -254,16 +258,33 @@ def test_an_sql_query_is_stopped_by_counting_steps_not_by_a_clock() -> None:
     assert state.db.steps == MAX_STEPS + STEP_BATCH  # the budget ran out, every time, on every machine
 
 
+class CountedText(str):
+    """Text that counts the characters ``find`` reads: a measure of the scanner's work that no clock gives."""
+
+    read = 0
+
+    def find(self, sub: str, start: int = 0, *args: Any) -> int:  # type: ignore[override]
+        at = super().find(sub, start, *args)
+        CountedText.read += (at + len(sub) if at >= 0 else len(self)) - start
+        return at
+
+
 def test_the_tool_call_scanner_reads_fifty_thousand_unclosed_tags_in_one_pass() -> None:
+    from campflow.rollout.parsing import tool_call_blocks
+
     calc = registry.make("calculator")
     tools = {t.name: t for t in calc.tools(calc.generate(1, 0))}
     good = text_call('{"name": "calculate", "arguments": {"expression": "1+1"}}')
-    parsed = parse_turn("<tool_call>" * 50_000 + good + "<tool_call>" * 50_000, None, tools)
-    # the first block runs from the first tag to the first closing tag; the other 100,000 tags stay unclosed
-    assert [c.error_kind for c in parsed.calls] == ["invalid_json", "invalid_json"]
-    assert parsed.calls[1].error == "a <tool_call> was not closed; it was ignored"
+    for text in (good + "<tool_call>" * 50_000, "<tool_call>" * 50_000 + good + "<tool_call>" * 50_000):
+        CountedText.read = 0
+        assert len(tool_call_blocks(CountedText(text))) == 1
+        assert CountedText.read <= len(text)  # every character once (a regex rescans the rest from every tag)
     parsed = parse_turn(good + "<tool_call>" * 50_000, None, tools)
     assert [c.name for c in parsed.calls] == ["", "calculate"] and parsed.has_valid_call
+    assert parsed.calls[0].error == "a <tool_call> was not closed; it was ignored"
+    # the first block runs from the first tag to the first closing tag; the other 100,000 tags stay unclosed
+    parsed = parse_turn("<tool_call>" * 50_000 + good + "<tool_call>" * 50_000, None, tools)
+    assert [c.error_kind for c in parsed.calls] == ["invalid_json", "invalid_json"]
 
 
 # -- item 3: a failing setup ends one episode ----------------------------------------------------------
@@ -334,8 +355,9 @@ def test_a_models_text_tool_calls_come_back_to_it_rendered_as_native_calls_are()
     episodes = [asyncio.run(run_episode(spec, policy)) for policy in (as_text, as_native)]
 
     def render(messages: list[dict[str, Any]]) -> str:
-        return tokenizer.apply_chat_template(template_messages(messages, strict=False), tools=calc.tool_schemas(spec.instance),
-                                             add_generation_prompt=True, tokenize=False)
+        return tokenizer.apply_chat_template(template_messages(messages, strict=False),
+                                             tools=calc.tool_schemas(spec.instance), add_generation_prompt=True,
+                                             tokenize=False)
 
     second, third = render(as_text.seen[1]), render(as_text.seen[2])
     assert second == render(as_native.seen[1]) and third == render(as_native.seen[2])

@@ -39,7 +39,7 @@ class RolloutSettings:
     episode_timeout: float = 300.0  # wall-clock seconds per episode
     max_consecutive_errors: int = 3  # turns in a row without a usable call before giving up
     max_calls_per_turn: int = 8
-    max_reply_chars: int = 32_000  # longer replies are a format error (and stored truncated)
+    max_reply_chars: int = 32_000  # content, reasoning and native calls together; longer is a format error (stored cut)
     max_observation_chars: int = 8_000
     max_context_tokens: int | None = None  # token budget of one conversation
 
@@ -174,7 +174,8 @@ class _EpisodeRun:
             except MemoryError:
                 raise
             except Exception as exc:
-                return self.end(Termination.FORMAT_ERROR, f"the reply could not be handled: {type(exc).__name__}: {exc}")
+                return self.end(Termination.FORMAT_ERROR,
+                                f"the reply could not be handled: {type(exc).__name__}: {exc}")
             if failure is None:
                 errors_in_a_row = 0
             else:
