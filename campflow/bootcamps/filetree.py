@@ -22,7 +22,7 @@ MAX_PATH_CHARS = 256
 MAX_DEPTH = 8
 MAX_CONTENT_CHARS = 10_000
 MAX_FILES = 500
-_COMPONENT = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
+_COMPONENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")  # the whole name (fullmatch): "a\n" is not one
 
 # Move groups: destination folder, extensions, name stems.
 MOVE_GROUPS: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
@@ -101,7 +101,7 @@ def resolve(raw: str, what: str = "path") -> str:
     if len(parts) > MAX_DEPTH:
         raise ToolError(f"{what} {shown!r} is {len(parts)} folders deep; expected at most {MAX_DEPTH}")
     for p in parts:
-        if not _COMPONENT.match(p):
+        if not _COMPONENT.fullmatch(p):
             raise ToolError(f"{what} {shown!r} has a bad name {p[:40]!r}; expected letters, digits and . _ - "
                             "(at most 64 characters, not starting with '.')")
     return "/".join(parts)
@@ -120,6 +120,11 @@ def basename(path: str) -> str:
 def shown(path: str) -> str:
     """A stored path as the agent sees it."""
     return f"{ROOT}/{path}" if path else ROOT
+
+
+def _brief(path: str) -> str:
+    text = shown(path)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass
@@ -182,13 +187,19 @@ class Tree:
         self.require_dir(parent(target), "destination folder")
         if target in self.files or target in self.dirs:
             raise ToolError(f"destination {shown(target)!r} already exists; remove it first or choose another name")
+        sub_dirs, sub_files = self.under(src) if src in self.dirs else ([], [])
+        if src in self.dirs and target.startswith(src + "/"):
+            raise ToolError(f"cannot move folder {shown(src)!r} into itself ({shown(target)!r})")
+        # what mkdir and write refuse, mv refuses too, for the moved path and everything under it
+        depth = target.count("/") + 1 + max((p.count("/") - src.count("/") for p in sub_dirs + sub_files), default=0)
+        if depth > MAX_DEPTH:
+            raise ToolError(f"moving {_brief(src)!r} to {_brief(target)!r} would make a path {depth} folders deep; "
+                            f"expected at most {MAX_DEPTH}")
+        longest = len(target) + max((len(p) - len(src) for p in sub_dirs + sub_files), default=0)
+        if longest > MAX_PATH_CHARS:
+            raise ToolError(f"moving {_brief(src)!r} to {_brief(target)!r} would make a path {longest} characters "
+                            f"long; expected at most {MAX_PATH_CHARS}")
         if src in self.dirs:
-            if target.startswith(src + "/"):
-                raise ToolError(f"cannot move folder {shown(src)!r} into itself ({shown(target)!r})")
-            sub_dirs, sub_files = self.under(src)
-            extra = max((p.count("/") - src.count("/") for p in sub_dirs + sub_files), default=0)
-            if target.count("/") + 1 + extra > MAX_DEPTH:
-                raise ToolError(f"moving {shown(src)!r} to {shown(target)!r} would nest deeper than {MAX_DEPTH}")
             self.dirs -= {src, *sub_dirs}
             self.dirs |= {target, *(target + d[len(src):] for d in sub_dirs)}
             for f in sub_files:

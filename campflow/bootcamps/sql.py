@@ -6,7 +6,6 @@ import math
 import random
 import re
 import sqlite3
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +22,17 @@ MAX_SQL_CHARS = 4_000
 MAX_ROWS = 50
 MAX_CELL_CHARS = 120
 MAX_ANSWER_CHARS = 2_000
+# A query is bounded by counting, never by a clock, so whether it is stopped does not depend on the
+# machine: SQLite VM instructions, and the size of the values one instruction may work on (a text
+# function is linear or, like instr and replace, quadratic in its arguments' length). 1M steps is
+# ~4x the heaviest reasonable query at the largest params (a correlated subquery per customer, 245k);
+# the gold queries take at most ~6k. Measured worst case within these limits (nested replace/instr on
+# values of the longest length, over a cross join): ~0.2 s on a 2-core machine, against an unbounded
+# run before (162 s for one such query under 1M-character values).
 STEP_BATCH = 1_000  # SQLite VM instructions between progress-handler calls
-MAX_STEPS = 2_000_000  # per query: counted, not timed, so whether a query is stopped is deterministic
-MAX_SECONDS = 1.0  # backstop should a single batch of instructions ever be slow
+MAX_STEPS = 1_000_000  # per query
+MAX_VALUE_CHARS = 500  # longest text or blob a query may build (cells show at most 120 characters)
+MAX_PATTERN_CHARS = 50  # longest LIKE or GLOB pattern
 # Answers asked "rounded to 2 decimals" are compared with the exact value: half a cent either way
 # accepts both ways of rounding a tie (Python's and SQLite's differ), and nothing further off.
 NUMBER_TOLERANCE = 0.0051
@@ -46,7 +53,9 @@ _ACTION_NAMES = {getattr(sqlite3, n): n.removeprefix("SQLITE_").replace("_", " "
 _READ_ONLY = ("expected one read-only SELECT statement (no INSERT/UPDATE/DELETE, CREATE/DROP/ALTER, ATTACH, "
               "PRAGMA, transactions or functions outside the usual aggregates and string/date functions)")
 # the first word after any leading whitespace and comments
-_LEADING_WORD = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*([A-Za-z]+)", re.S)
+# (atomic groups: ``(?:\s+|...)*`` backtracks exponentially on a long run of whitespace that is not
+# followed by a word, e.g. "/**/" + 30 spaces + "(SELECT 1)")
+_LEADING_WORD = re.compile(r"^(?>\s+|--[^\n]*+\n?|/\*.*?\*/)*+([A-Za-z]+)", re.S)
 
 
 class Sandbox:
@@ -64,12 +73,12 @@ class Sandbox:
             self.conn.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {t}' for c, t in cols)})")
             self.conn.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(cols))})", rows)
         self.conn.commit()
-        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1_000_000)  # no string or blob can grow past 1 MB
+        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_CHARS)
+        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, MAX_PATTERN_CHARS)
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         self.conn.execute("PRAGMA query_only = ON")
         self.refused: list[str] = []
-        self._steps = 0
-        self._deadline = 0.0
+        self.steps = 0  # VM instructions the last query ran, in batches of STEP_BATCH
         self.conn.set_authorizer(self._authorize)
         self.conn.set_progress_handler(self._progress, STEP_BATCH)
 
@@ -83,8 +92,8 @@ class Sandbox:
         return sqlite3.SQLITE_DENY
 
     def _progress(self) -> int:
-        self._steps += STEP_BATCH
-        return int(self._steps > MAX_STEPS or time.perf_counter() > self._deadline)
+        self.steps += STEP_BATCH
+        return int(self.steps > MAX_STEPS)
 
     def run(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]], bool]:
         """Columns, up to MAX_ROWS rows, and whether more rows were cut; ToolError for any refusal."""
@@ -92,8 +101,10 @@ class Sandbox:
         verb = keyword.group(1).upper() if keyword else sql[:20]
         if verb not in ("SELECT", "WITH", "VALUES"):
             raise ToolError(f"query refused: {verb} statements are not allowed; {_READ_ONLY}")
-        self.refused, self._steps = [], 0
-        self._deadline = time.perf_counter() + MAX_SECONDS
+        bad = _lone_surrogate(sql)
+        if bad is not None:
+            raise ToolError(f"query holds {bad}, which is not valid Unicode; expected UTF-8 text")
+        self.refused, self.steps = [], 0
         try:
             cur = self.conn.execute(sql)
             rows = cur.fetchmany(MAX_ROWS + 1)
@@ -111,6 +122,12 @@ class Sandbox:
             if "interrupted" in str(exc):
                 raise ToolError(f"query stopped after {MAX_STEPS:,} steps, the limit; add conditions, "
                                 "aggregate or LIMIT the rows") from None
+            if "too big" in str(exc):
+                raise ToolError(f"query stopped: a value grew past {MAX_VALUE_CHARS} characters, the limit; "
+                                f"select shorter values (cells show at most {MAX_CELL_CHARS})") from None
+            if "pattern too complex" in str(exc):
+                raise ToolError(f"query refused: a LIKE or GLOB pattern is longer than {MAX_PATTERN_CHARS} "
+                                "characters, the limit") from None
             raise ToolError(f"SQL error: {exc}") from None
         finally:
             if self.conn.in_transaction:  # defensive: nothing can write, but never leave one open
@@ -290,6 +307,17 @@ class Sql(Bootcamp[SqlParams, SqlState]):
         if q["kind"] == "name":
             return Action("submit", {"answer": rng.choice(others)})
         return Action("submit", {"answer": ", ".join(rng.sample(others, min(2, len(others))))})
+
+
+def _lone_surrogate(text: str) -> str | None:
+    """``"a lone surrogate ('\\ud800') at position 7"`` if ``text`` cannot be UTF-8, else None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate ({text[exc.start]!r}) at position {exc.start}"
+    return None
 
 
 def _cell(value: Any) -> str:

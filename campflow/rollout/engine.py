@@ -3,6 +3,15 @@
 Each episode is a loop of policy turn -> parse tool calls -> execute -> observe, until the bootcamp's
 interaction layer ends it. The engine never raises on model output or endpoint failures: every
 episode comes back as an :class:`~campflow.rollout.episode.Episode` with a termination category.
+
+Whose failure an exception is depends on where it is raised. Everything done with a reply once the
+policy has returned it (parsing, validating, running a tool with the model's arguments, the
+bootcamp's note on a reply without a call) handles the model's output, so an exception there is the
+model's: ``invalid_tool_call`` when a tool raised on the model's arguments (the world is then in an
+unknown state, so the episode ends unscored), ``format_error`` anywhere else. ``infra_error`` is kept
+for what no model output reaches: the policy and its endpoint, setting an episode up (``new_state``,
+``prompt``, ``tools``), the bootcamp's feedback between turns and scoring, and the machine itself
+(``MemoryError`` stays ``infra_error`` wherever it is raised).
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ class RolloutSettings:
     episode_timeout: float = 300.0  # wall-clock seconds per episode
     max_consecutive_errors: int = 3  # turns in a row without a usable call before giving up
     max_calls_per_turn: int = 8
-    max_reply_chars: int = 32_000  # longer replies are a format error (and stored truncated)
+    max_reply_chars: int = 32_000  # content, reasoning and native calls together; longer is a format error (stored cut)
     max_observation_chars: int = 8_000
     max_context_tokens: int | None = None  # token budget of one conversation
 
@@ -59,7 +68,10 @@ async def run_episode(
     """Play one episode to its end and score it. Never raises (except on cancellation)."""
     bootcamp, instance = spec.bootcamp, spec.instance
     started = time.perf_counter()
-    run = _EpisodeRun(spec, policy, settings)
+    try:
+        run = _EpisodeRun(spec, policy, settings)
+    except Exception as exc:  # the bootcamp cannot set this instance up: this episode fails, not the batch
+        return _unplayed(spec, policy, run_id, started, f"episode setup failed: {type(exc).__name__}: {exc}")
     try:
         async with asyncio.timeout(settings.episode_timeout) if policy.suspends else contextlib.nullcontext():
             await run.play()
@@ -68,7 +80,9 @@ async def run_episode(
     except Exception as exc:  # a bug in a bootcamp or policy must not take the batch down
         run.end(Termination.INFRA_ERROR, f"{type(exc).__name__}: {exc}")
     reward, success, details = 0.0, False, {}
-    if run.termination not in RETRYABLE:  # an infra failure or timeout says nothing to score
+    if run.tool_failed:
+        details = {"reason": "tool_failed"}
+    elif run.termination not in RETRYABLE:  # an infra failure or timeout says nothing to score
         try:
             score = bootcamp.score(instance, run.state, run.transcript)
             reward, details = score.reward, score.details
@@ -88,8 +102,23 @@ async def run_episode(
     )
 
 
+def _unplayed(spec: EpisodeSpec, policy: Policy, run_id: str, started: float, error: str) -> Episode:
+    return Episode(
+        run_id=run_id, instance_id=spec.instance.id, bootcamp=spec.bootcamp.name, model_id=policy.model_id,
+        sample=spec.sample, reward=0.0, success=False, termination=Termination.INFRA_ERROR, turns=0, tool_calls=0,
+        invalid_calls=0, prompt_tokens=0, completion_tokens=0, latency_s=0.0, wall_s=time.perf_counter() - started,
+        transcript=[], error=error, level=spec.instance.level,
+    )
+
+
+class _ToolFailed(Exception):
+    """A tool raised something other than ToolError on the model's arguments (the message says what)."""
+
+
 class _EpisodeRun:
     """The mutable bookkeeping of one episode in flight."""
+
+    tool_failed = False  # a tool raised on the model's arguments; the world is in an unknown state
 
     def __init__(self, spec: EpisodeSpec, policy: Policy, settings: RolloutSettings) -> None:
         self.spec, self.policy, self.settings = spec, policy, settings
@@ -128,22 +157,32 @@ class _EpisodeRun:
                 return self.end(Termination.INFRA_ERROR, str(exc))
             self.latency += clock() - t0
             self.turns += 1
-            # Most turns are one well-formed native call: run it without the general parse.
-            call = one_native_call(reply.content, reply.tool_calls, reply.reasoning, tools, s.max_calls_per_turn)
-            if call is not None:
-                if self._run_single(call, reply):
-                    return None
+            try:  # from here on the reply is handled: whatever fails is the model's output (module docstring)
+                # Most turns are one well-formed native call: run it without the general parse.
+                call = one_native_call(reply.content, reply.tool_calls, reply.reasoning, tools, s.max_calls_per_turn,
+                                       s.max_reply_chars)
+                if call is not None:
+                    if self._run_single(call, reply):
+                        return None
+                    failure = None
+                else:
+                    ended, failure = self._general_turn(reply, turn)
+                    if ended:
+                        return None
+            except _ToolFailed as exc:
+                self.tool_failed = True
+                return self.end(Termination.INVALID_TOOL_CALL, str(exc))
+            except MemoryError:
+                raise
+            except Exception as exc:
+                return self.end(Termination.FORMAT_ERROR,
+                                f"the reply could not be handled: {type(exc).__name__}: {exc}")
+            if failure is None:
                 errors_in_a_row = 0
             else:
-                ended, failure = self._general_turn(reply, turn)
-                if ended:
-                    return None
-                if failure is None:
-                    errors_in_a_row = 0
-                else:
-                    errors_in_a_row += 1
-                    if errors_in_a_row >= s.max_consecutive_errors:
-                        return self.end(*failure)
+                errors_in_a_row += 1
+                if errors_in_a_row >= s.max_consecutive_errors:
+                    return self.end(*failure)
             if s.max_context_tokens is not None and self._context_tokens > s.max_context_tokens:
                 return self.end(Termination.CONTEXT_OVERFLOW,
                                 f"conversation reached {self._context_tokens} tokens; the budget is "
@@ -158,15 +197,10 @@ class _EpisodeRun:
         whether the episode ended, and the termination this turn counts towards if it had no usable call."""
         b, inst, s = self.spec.bootcamp, self.spec.instance, self.settings
         content = clean_text(reply.content)
-        if len(content) > s.max_reply_chars:
-            parsed = ParsedTurn(content=content[: s.max_reply_chars], reasoning=None,
-                                format_error=f"the reply has {len(content)} characters; at most "
-                                             f"{s.max_reply_chars} are read")
-        else:
-            parsed = parse_turn(content, reply.tool_calls, self.tools, turn=turn,
-                                reasoning=reply.reasoning, max_calls=s.max_calls_per_turn)
+        parsed = parse_turn(content, reply.tool_calls, self.tools, turn=turn, reasoning=reply.reasoning,
+                            max_calls=s.max_calls_per_turn, max_chars=s.max_reply_chars)
         chars_before = self._chars
-        argument_chars = self._record_assistant(parsed)  # text calls are already in the content
+        argument_chars = self._record_assistant(parsed)
         self._count_tokens(reply, chars_before, len(content) + (argument_chars if parsed.source == "native" else 0))
         if parsed.format_error or not parsed.calls:
             self.invalid_calls += len(parsed.calls)
@@ -199,6 +233,10 @@ class _EpisodeRun:
         except ToolError as exc:
             self._add_tool(cid, name, f"Error: {exc}")
             return False
+        except MemoryError:
+            raise
+        except Exception as exc:
+            raise self._tool_failed(cid, name, exc, ()) from exc
         text = obs.text
         if len(text) > self.settings.max_observation_chars:
             self._add_tool(cid, name, text)
@@ -229,17 +267,31 @@ class _EpisodeRun:
             except ToolError as exc:
                 self._add_tool(call.id, call.name, f"Error: {exc}")
                 continue
+            except MemoryError:
+                raise
+            except Exception as exc:
+                raise self._tool_failed(call.id, call.name, exc, parsed.calls[i + 1:]) from exc
             self._add_tool(call.id, call.name, obs.text)
             if obs.image is not None:
                 images.append((call.id, obs.image))
             if obs.final:
                 self.state.finished = True
-                for skipped in parsed.calls[i + 1:]:
-                    self._add_tool(skipped.id, skipped.name, "Not run: the episode had already ended.")
+                self._not_run(parsed.calls[i + 1:])
                 return True
         for call_id, png in images:
             self._add({"role": "user", "content": image_parts(f"Image returned by call {call_id}:", png)})
         return False
+
+    def _tool_failed(self, cid: str, name: str, exc: Exception, rest: Sequence[ParsedCall]) -> _ToolFailed:
+        """Answer the call (and any after it) in the transcript; the episode ends on the returned error."""
+        what = f"{type(exc).__name__}: {exc}"
+        self._add_tool(cid, name, f"Error: the tool failed on these arguments ({what}).")
+        self._not_run(rest)
+        return _ToolFailed(f"tool {name} raised on the model's arguments: {what}")
+
+    def _not_run(self, calls: Sequence[ParsedCall]) -> None:
+        for skipped in calls:
+            self._add_tool(skipped.id, skipped.name, "Not run: the episode had already ended.")
 
     # -- transcript -----------------------------------------------------------------------------
 
