@@ -95,8 +95,11 @@ observations follow as a user message, then :meth:`~Bootcamp.feedback`. It ends 
 unusable replies in a row (``format_error``, ``invalid_tool_call``) or an outgrown context
 (``context_overflow``). :meth:`~Bootcamp.score` runs after *every* one of these endings -- then
 ``state.finished`` is False and ``state.answer`` still None -- and only infrastructure failures and
-timeouts go unscored. Any other exception from a tool or from ``score`` is a bug in the bootcamp: the
-episode is recorded as ``infra_error``, never blamed on the model.
+timeouts go unscored. A tool that raises anything but ``ToolError`` on the model's arguments ends the
+episode as ``invalid_tool_call``, unscored (the world is in an unknown state): raise ``ToolError``
+for what the agent should read and retry. An exception from setup (``new_state``, ``prompt``,
+``tools``), ``feedback`` or ``score`` is a bug in the bootcamp: that episode alone is recorded as
+``infra_error``, never blamed on the model (see :mod:`campflow.rollout.engine`).
 
 **The system prompt** is :attr:`~Bootcamp.system_prompt` where a bootcamp sets it, else
 :data:`SYSTEM_PREAMBLE`, a blank line and :meth:`~Bootcamp.describe_task`: the first two paragraphs of

@@ -96,8 +96,11 @@ def parse_turn(
     Native calls win when both are present: endpoints that parse tool calls server-side may leave the
     raw ``<tool_call>`` text in ``content`` as well, and executing both would run every call twice.
 
-    A reply longer than ``max_chars`` (content, reasoning and native calls' ids, names and arguments
-    together) is a format error whose content is cut to ``max_chars``; none of its calls run.
+    A reply longer than ``max_chars`` (content and native calls' ids, names and arguments together) is
+    a format error whose content is cut to ``max_chars``; none of its calls run. Reasoning an endpoint
+    returns apart (``reasoning_content``) does not count: a thinking model's reasoning is bounded by
+    its token budget (``policy.max_tokens``), and a long thought is not malformed output; past
+    ``max_chars`` it is kept cut, with a note of how much was left out.
 
     A text call that names a tool is recorded once: its ``<tool_call>`` block leaves ``content`` (the
     call is in ``calls``), so a chat template renders the model's history as it renders native calls.
@@ -109,8 +112,11 @@ def parse_turn(
         return ParsedTurn(content="", reasoning=None, calls=[fast], source="native")
     text = clean_text(content)
     reasoning_text = clean_text(reasoning)
-    if len(text) + len(reasoning_text) > max_chars:  # before any parsing: nothing of an overlong reply is read
-        return _overlong(text, len(text) + len(reasoning_text), max_chars)
+    if len(reasoning_text) > max_chars:  # kept, but not all of it: the transcript stays within the limits
+        reasoning_text = (reasoning_text[:max_chars]
+                          + f"\n[... truncated, {len(reasoning_text) - max_chars} more characters]")
+    if len(text) > max_chars:  # before any parsing: nothing of an overlong reply is read
+        return _overlong(text, len(text), max_chars)
     think, text = split_reasoning(text) if "<think>" in text else (None, text)
     turn_result = ParsedTurn(content=text, reasoning=reasoning_text or think or None)
     raw_calls: list[tuple[str, str, Any, tuple[int, int] | None]] = []  # (id, name, arguments as given, span)
@@ -164,7 +170,7 @@ def parse_turn(
         call = _validate(cid, name, arguments, tools)
         call.span = span
         turn_result.calls.append(call)
-    chars = len(text) + len(reasoning_text) + sum(len(c.id) + len(c.name) + len(c.raw_arguments)
+    chars = len(text) + sum(len(c.id) + len(c.name) + len(c.raw_arguments)
                                                   for c in turn_result.calls if c.span is None)
     if chars > max_chars:
         return _overlong(text, chars, max_chars)
