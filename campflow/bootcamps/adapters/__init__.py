@@ -127,7 +127,7 @@ def build_bootcamp(spec: Mapping[str, Any] | ImportSpec) -> Bootcamp:
 
 def register_import(spec: ImportSpec, *, replace: bool = False) -> None:
     """Put ``spec`` in the registry with ``origin="imported"``; nothing is built until ``make``."""
-    registry.register(spec.name, _BUILD_TARGET, modality="text", kwargs={"spec": _spec_key(spec)},
+    registry.register(spec.name, _BUILD_TARGET, kwargs={"spec": _spec_key(spec)},
                       origin="imported", replace=replace)
 
 
