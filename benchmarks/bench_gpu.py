@@ -47,7 +47,7 @@ def prepare(ws: Path, size: dict[str, int], per_bootcamp: int) -> tuple[Path, Pa
     from campflow.bootcamps.splits import train_instances
     from campflow.config import load_config
     from campflow.rollout.engine import EpisodeSpec, run_episodes
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
     from campflow.training.base import ensure_base
     from campflow.training.filtering import build_sft_dataset
 
@@ -55,7 +55,7 @@ def prepare(ws: Path, size: dict[str, int], per_bootcamp: int) -> tuple[Path, Pa
                  "training.precision": "fp32", "training.tiny.corpus_per_level": 8,
                  **{f"training.tiny.{k}": v for k, v in size.items()}}
     cfg = load_config(None, overrides, env={})
-    store = Store(cfg.workspace.db_path)
+    store = Workspace.from_config(cfg).store
     base = ensure_base(store, cfg)
     instances = [i for b in ("calculator", "maze") for i in train_instances(registry.make(b), per_bootcamp,
                                                                              levels=[1, 2])]

@@ -43,7 +43,7 @@ def main() -> None:
     from campflow.config import load_config
     from campflow.flows.collect import collect
     from campflow.flows.evaluate import evaluate
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
     from campflow.training.base import ensure_base
     from campflow.training.filtering import build_sft_dataset
     from campflow.training.rl import train_rl
@@ -58,7 +58,7 @@ def main() -> None:
         "eval.bootcamps": ["calculator", "maze"], "eval.levels": [1, 2], "eval.n": args.eval_n,
         "policy.max_tokens": 96, "rollout.concurrency": 64, "rollout.workers": 1, "rollout.shard_size": 1000,
     }, env={})
-    store = Store(cfg.workspace.db_path)
+    store = Workspace.from_config(cfg).store
     times: dict[str, float] = {}
     started = time.perf_counter()
 

@@ -41,7 +41,7 @@ def main() -> None:
     from campflow.bootcamps.splits import train_instances
     from campflow.config import load_config
     from campflow.rollout.engine import EpisodeSpec, run_episodes
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
     from campflow.training.base import ensure_base
     from campflow.training.filtering import build_sft_dataset
     from campflow.hardware import resolve_hardware
@@ -50,7 +50,7 @@ def main() -> None:
     datasets.disable_progress_bars()
     ws = Path(tempfile.mkdtemp())
     cfg = load_config(None, {"workspace.path": str(ws), "training.levels": [1, 2]}, env={})
-    store = Store(cfg.workspace.db_path)
+    store = Workspace.from_config(cfg).store
     base = ensure_base(store, cfg)
     instances = [i for b in ("calculator", "maze") for i in train_instances(registry.make(b), 64, levels=[1, 2])]
     store.write_instances(instances, split="train")

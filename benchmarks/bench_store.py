@@ -23,7 +23,8 @@ import duckdb
 
 from campflow.rollout.episode import Episode, Termination
 from campflow.storage.schema import migrate
-from campflow.storage.store import Store, episodes_to_arrow
+from campflow.storage.store import episodes_to_arrow
+from campflow.storage.workspace import Workspace
 
 TERMS = [Termination.SOLVED] * 6 + [Termination.WRONG_ANSWER, Termination.MAX_TURNS,
                                     Termination.FORMAT_ERROR, Termination.INFRA_ERROR]
@@ -69,7 +70,7 @@ def main() -> None:
     size = len(bare_rows.column("transcript")[0].as_py())
     t_store = t_bare = float("inf")
     for k in range(args.repeats):  # interleaved, best of n, each into a new file: the machine is shared
-        store = Store(tmp / f"store{k}.duckdb")
+        store = Workspace(tmp, db=tmp / f"store{k}.duckdb").store
         t0 = time.perf_counter()
         store.write_episodes(episodes)
         t_store = min(t_store, time.perf_counter() - t0)

@@ -25,6 +25,7 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.splits import eval_instances
 from campflow.rollout.episode import Episode, Termination
 from campflow.storage.store import Store
+from campflow.storage.workspace import Workspace
 from campflow.synthesis.clustering import cluster_failures
 from campflow.synthesis.mining import mine_failures
 from campflow.synthesis.proposals import Proposal
@@ -128,7 +129,8 @@ def main() -> None:
     ap.add_argument("--failures", type=int, default=100_000)
     ap.add_argument("--proposals", type=int, default=2000)
     args = ap.parse_args()
-    store = Store(Path(tempfile.mkdtemp()) / "synthesis.duckdb")
+    tmp = Path(tempfile.mkdtemp())
+    store = Workspace(tmp, db=tmp / "synthesis.duckdb").store
     for name in ("calculator", "maze"):
         store.write_instances(eval_instances(registry.make(name), 200), split="eval")
     t0 = time.perf_counter()

@@ -250,7 +250,7 @@ def test_a_batch_of_every_hostile_input_comes_back_whole_and_is_stored(store) ->
 
 
 def test_an_sql_query_is_stopped_by_counting_steps_not_by_a_clock() -> None:
-    from campflow.bootcamps.sql import MAX_STEPS, STEP_BATCH
+    from campflow.bootcamps.sql.bootcamp import MAX_STEPS, STEP_BATCH
 
     b = registry.make("sql")
     inst = b.generate(5, 0)

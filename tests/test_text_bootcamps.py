@@ -266,7 +266,7 @@ def test_sql_refuses_every_write_ddl_attach_and_pragma_and_the_tables_stay_the_s
 
 
 def test_sql_stops_queries_that_never_end_and_cuts_long_results() -> None:
-    from campflow.bootcamps.sql import MAX_STEPS, MAX_VALUE_CHARS, STEP_BATCH
+    from campflow.bootcamps.sql.bootcamp import MAX_STEPS, MAX_VALUE_CHARS, STEP_BATCH
 
     b = registry.make("sql")
     inst = b.generate(5, 0)
@@ -284,7 +284,7 @@ def test_sql_stops_queries_that_never_end_and_cuts_long_results() -> None:
 
 
 def test_sql_gold_query_returns_the_stored_answer_for_every_instance() -> None:
-    from campflow.bootcamps.sql import NUMBER_TOLERANCE
+    from campflow.bootcamps.sql.bootcamp import NUMBER_TOLERANCE
 
     b = registry.make("sql")
     for inst in _instances("sql", range(60)):
@@ -396,7 +396,7 @@ def test_calendar_refuses_bad_days_times_durations_people_and_ids_by_name() -> N
 
 
 def test_calendar_generates_consistent_calendars_and_fails_any_collateral_change() -> None:
-    from campflow.bootcamps.schedule import check
+    from campflow.bootcamps.calendar.schedule import check
 
     b = registry.make("calendar")
     for inst in _instances("calendar", range(20)):
@@ -451,7 +451,7 @@ def test_calendar_double_booking_scores_zero() -> None:
     ("sissy", "oasis", "yellow yellow green gray gray"),  # oasis has two s: one green, one for the first s
 ])
 def test_wordle_feedback_handles_repeated_letters_like_the_game(guess: str, target: str, colors: str) -> None:
-    from campflow.bootcamps.wordle import feedback, render
+    from campflow.bootcamps.wordle.bootcamp import feedback, render
 
     assert [part.split("=")[1] for part in render(guess, feedback(guess, target)).split()] == colors.split()
 
@@ -459,7 +459,7 @@ def test_wordle_feedback_handles_repeated_letters_like_the_game(guess: str, targ
 def test_wordle_word_list_is_package_data_of_distinct_common_five_letter_words() -> None:
     from importlib import resources
 
-    from campflow.bootcamps.wordle import word_list
+    from campflow.bootcamps.wordle.bootcamp import word_list
 
     words = word_list()
     assert 300 <= len(words) <= 2000 and len(set(words)) == len(words)
@@ -468,7 +468,7 @@ def test_wordle_word_list_is_package_data_of_distinct_common_five_letter_words()
 
 
 def test_wordle_solver_finds_every_word_of_every_level_within_its_budget() -> None:
-    from campflow.bootcamps.wordle import solver_guesses, word_list
+    from campflow.bootcamps.wordle.bootcamp import solver_guesses, word_list
 
     b = registry.make("wordle")
     for level, p in b.levels.items():
@@ -497,7 +497,7 @@ def test_wordle_refuses_non_words_and_hard_mode_violations_without_spending_a_gu
             _rejects(b, inst, state, "guess", {"word": bad}, named, "expected")
         b.apply(inst, state, b.oracle(inst, state))
         first, code = state.guesses[0], state.codes[0]
-        from campflow.bootcamps.wordle import colors, word_list
+        from campflow.bootcamps.wordle.bootcamp import colors, word_list
 
         cs = colors(code)
         for w in word_list():

@@ -64,7 +64,7 @@ def _play(specs: list[EpisodeSpec], policy: Policy = OraclePolicy()):
 def _declared_size(b: Bootcamp, inst: Instance) -> tuple[int, int]:
     p = inst.params
     if b.name == "gridworld":
-        from campflow.bootcamps.gridview import image_size
+        from campflow.bootcamps.gridworld.view import image_size
 
         return image_size(p)
     return (p.width, p.height) if b.name == "chart" else (p.screen_width, p.screen_height)
@@ -131,7 +131,7 @@ def test_gridworld_image_pixels_show_the_identity_it_was_drawn_from() -> None:
 
 def test_gui_checkbox_pixels_match_their_state() -> None:
     b = registry.make("gui")
-    from campflow.bootcamps.guiscreen import HEADER, render
+    from campflow.bootcamps.gui.screen import HEADER, render
 
     for seed in SEEDS:
         inst = b.generate(2, seed)
@@ -211,7 +211,7 @@ _WIDGET_LINE = re.compile(r'^(?:(text field|checkbox|dropdown) "([^"]+)"|partly 
 
 def _check_screen(inst: Instance, state, text: str) -> None:
     """Every widget in view is listed with its clickable box on screen, and its state where fully shown."""
-    from campflow.bootcamps.guiscreen import FOOTER, HEADER
+    from campflow.bootcamps.gui.screen import FOOTER, HEADER
 
     d, h = inst.data, inst.data["image_size"][1]
     lines = text.splitlines()
@@ -427,7 +427,7 @@ def test_huge_numbers_from_a_model_are_refused_naming_the_value() -> None:
 
 
 def test_the_footer_holds_every_button_at_the_narrowest_screen() -> None:
-    from campflow.bootcamps.guiscreen import _DECOYS, _footer
+    from campflow.bootcamps.gui.screen import _DECOYS, _footer
 
     boxes = sorted(b["box"] for b in _footer(400, 240, _DECOYS))
     assert all(left[2] + 8 <= right[0] for left, right in zip(boxes, boxes[1:]))

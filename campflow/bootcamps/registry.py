@@ -1,7 +1,13 @@
 """The bootcamp registry: names to lazily imported classes.
 
 Bootcamps register by dotted path, so listing names costs nothing and only the bootcamps a run uses
-are imported (InternBootcamp's eager imports take seconds; ours do not).
+are imported (InternBootcamp's eager imports take seconds; ours do not). An entry states where its
+class lives, never what the class says of itself: :attr:`Entry.modality` is read from the class.
+
+A name that is not registered is not yet an error: the registry first asks its resolver, if one is
+installed, to register more (:func:`set_resolver`). The workspace installs one that loads the
+bootcamps imported into its store (:class:`campflow.storage.workspace.Workspace`); the registry
+itself knows nothing of stores.
 """
 
 from __future__ import annotations
@@ -21,27 +27,42 @@ class Entry:
 
     name: str
     target: str | Callable[..., Bootcamp]
-    modality: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     origin: str = "builtin"
+
+    def factory(self) -> Callable[..., Bootcamp]:
+        """The class (or callable) that builds the bootcamp, imported now if registered by dotted path."""
+        if not isinstance(self.target, str):
+            return self.target
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    @property
+    def modality(self) -> str:
+        """``"text"`` or ``"vision"``, as the bootcamp's class says (imported, not built); a factory that
+        is not a class is built (once per process) to ask."""
+        factory = self.factory()
+        if isinstance(factory, type) and issubclass(factory, Bootcamp):
+            return factory.modality
+        return make(self.name).modality
 
 
 _REGISTRY: dict[str, Entry] = {}
 _CACHE: dict[str, Bootcamp] = {}
+_RESOLVER: Callable[[], object] | None = None  # asked to register more when a name is missing
 
-BUILTIN: dict[str, tuple[str, str]] = {
-    # text
-    "calculator": ("campflow.bootcamps.calculator:Calculator", "text"),
-    "maze": ("campflow.bootcamps.maze:Maze", "text"),
-    "filesystem": ("campflow.bootcamps.filesystem:Filesystem", "text"),
-    "sql": ("campflow.bootcamps.sql:Sql", "text"),
-    "shop": ("campflow.bootcamps.shop:Shop", "text"),
-    "calendar": ("campflow.bootcamps.calendar:Calendar", "text"),
-    "wordle": ("campflow.bootcamps.wordle:Wordle", "text"),
-    # vision
-    "gridworld": ("campflow.bootcamps.gridworld:Gridworld", "vision"),
-    "chart": ("campflow.bootcamps.chart:Chart", "vision"),
-    "gui": ("campflow.bootcamps.gui:Gui", "vision"),
+#: the built-in bootcamps: name -> ``module:Class`` (each a package, see :mod:`campflow.bootcamps`)
+BUILTIN: dict[str, str] = {
+    "calculator": "campflow.bootcamps.calculator:Calculator",
+    "maze": "campflow.bootcamps.maze:Maze",
+    "filesystem": "campflow.bootcamps.filesystem:Filesystem",
+    "sql": "campflow.bootcamps.sql:Sql",
+    "shop": "campflow.bootcamps.shop:Shop",
+    "calendar": "campflow.bootcamps.calendar:Calendar",
+    "wordle": "campflow.bootcamps.wordle:Wordle",
+    "gridworld": "campflow.bootcamps.gridworld:Gridworld",
+    "chart": "campflow.bootcamps.chart:Chart",
+    "gui": "campflow.bootcamps.gui:Gui",
 }
 
 
@@ -49,7 +70,6 @@ def register(
     name: str,
     target: str | Callable[..., Bootcamp],
     *,
-    modality: str = "text",
     kwargs: Mapping[str, Any] | None = None,
     origin: str = "user",
     replace: bool = False,
@@ -60,7 +80,6 @@ def register(
         name: the registry name; the bootcamp built must call itself this (its ``name`` attribute).
         target: ``"package.module:Class"`` (imported on first :func:`make`, so registering costs nothing
             and works in worker processes) or a callable returning the bootcamp, such as the class.
-        modality: ``"text"`` or ``"vision"``, as the bootcamp's own ``modality`` says.
         kwargs: keyword arguments for ``target``.
         origin: where the bootcamp comes from, as ``campflow bootcamps list`` shows it: ``"builtin"``,
             ``"imported"`` (adapters) or ``"user"`` (the default: registered by your own code).
@@ -71,7 +90,7 @@ def register(
     """
     if name in _REGISTRY and not replace:
         raise ValueError(f"bootcamp {name!r} is already registered")
-    _REGISTRY[name] = Entry(name, target, modality, dict(kwargs or {}), origin)
+    _REGISTRY[name] = Entry(name, target, dict(kwargs or {}), origin)
     _CACHE.pop(name, None)
 
 
@@ -79,6 +98,24 @@ def unregister(name: str) -> None:
     """Forget a registered bootcamp (used for imported ones that were removed)."""
     _REGISTRY.pop(name, None)
     _CACHE.pop(name, None)
+
+
+def set_resolver(resolver: Callable[[], object] | None) -> None:
+    """Install ``resolver`` (replacing any other; None removes it): called with no arguments whenever
+    :func:`make` or :func:`parse_names` meets a name that is not registered, or is asked for ``all``,
+    to register the bootcamps it knows. It must be cheap to call again (load once, then return)."""
+    global _RESOLVER
+    _RESOLVER = resolver
+
+
+def current_resolver() -> Callable[[], object] | None:
+    """The installed resolver, or None."""
+    return _RESOLVER
+
+
+def _resolve() -> None:
+    if _RESOLVER is not None:
+        _RESOLVER()
 
 
 def names() -> list[str]:
@@ -95,17 +132,13 @@ def make(name: str) -> Bootcamp:
     """The bootcamp registered as ``name`` (built once per process)."""
     if name in _CACHE:
         return _CACHE[name]
+    if name not in _REGISTRY:
+        _resolve()
     try:
         entry = _REGISTRY[name]
     except KeyError:
-        raise UnknownBootcampError(
-            f"unknown bootcamp {name!r}; expected one of: {', '.join(sorted(_REGISTRY))}"
-        ) from None
-    factory = entry.target
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-    bootcamp = factory(**entry.kwargs)
+        raise UnknownBootcampError(_unknown(name)) from None
+    bootcamp = entry.factory()(**entry.kwargs)
     if bootcamp.name != name:
         raise ValueError(f"bootcamp registered as {name!r} calls itself {bootcamp.name!r}")
     _CACHE[name] = bootcamp
@@ -116,17 +149,21 @@ def parse_names(spec: str | list[str]) -> list[str]:
     """Split ``"calculator,maze"`` (or ``all``) into registered names, validating each."""
     items = spec if isinstance(spec, list) else [s.strip() for s in spec.split(",")]
     items = [s for s in items if s]
+    if items == ["all"] or any(s not in _REGISTRY for s in items):
+        _resolve()
     if items == ["all"]:
         return names()
     unknown = [s for s in items if s not in _REGISTRY]
     if unknown:
-        raise UnknownBootcampError(
-            f"unknown bootcamp {unknown[0]!r}; expected one of: {', '.join(sorted(_REGISTRY))}"
-        )
+        raise UnknownBootcampError(_unknown(unknown[0]))
     if not items:
         raise UnknownBootcampError("no bootcamp named; expected a comma-separated list such as calculator,maze")
     return items
 
 
-for _name, (_target, _modality) in BUILTIN.items():
-    register(_name, _target, modality=_modality, origin="builtin")
+def _unknown(name: str) -> str:
+    return f"unknown bootcamp {name!r}; expected one of: {', '.join(sorted(_REGISTRY))}"
+
+
+for _name, _target in BUILTIN.items():
+    register(_name, _target, origin="builtin")

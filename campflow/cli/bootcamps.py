@@ -15,7 +15,6 @@ from rich.panel import Panel
 from campflow.bootcamps.messages import content_text
 from campflow.cli import app
 from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
-from campflow.cli.common import register_workspace_imports
 
 bootcamps_app = typer.Typer(help="List, explain and sample the bootcamps.", no_args_is_help=True)
 app.add_typer(bootcamps_app, name="bootcamps")
@@ -24,16 +23,16 @@ app.add_typer(bootcamps_app, name="bootcamps")
 @bootcamps_app.command("list")
 def list_command(config: Path | None = ConfigOption, db: Path | None = DbOption) -> None:
     """Every registered bootcamp (built-in and imported) with its modality, levels and summary."""
-    from campflow.bootcamps import registry
     from campflow.errors import CampflowError
+    from campflow.storage.workspace import Workspace
 
-    register_workspace_imports(config_with(config, db).workspace.db_path)
+    ws = Workspace.from_config(config_with(config, db))
     rows = []
-    for entry in registry.entries():
+    for entry in ws.entries():
         try:
-            b = registry.make(entry.name)
+            b = ws.bootcamp(entry.name)
         except CampflowError as exc:  # an imported source that went away must not hide the others
-            rows.append((entry.name, entry.modality, "", entry.origin, f"unavailable: {exc}"))
+            rows.append((entry.name, "", "", entry.origin, f"unavailable: {exc}"))
             continue
         summary = (type(b).__doc__ or "").strip().splitlines()[0] if type(b).__doc__ else ""
         rows.append((b.name, b.modality, ",".join(str(lv) for lv in sorted(b.levels)), entry.origin, summary))
@@ -44,11 +43,9 @@ def list_command(config: Path | None = ConfigOption, db: Path | None = DbOption)
 def show_command(name: str = typer.Argument(..., help="bootcamp name"), config: Path | None = ConfigOption,
                  db: Path | None = DbOption) -> None:
     """Explain a bootcamp: what it asks, its levels, params and tools."""
-    from campflow.bootcamps import registry
+    from campflow.storage.workspace import Workspace
 
-    register_workspace_imports(config_with(config, db).workspace.db_path)
-
-    d = registry.make(name).describe()
+    d = Workspace.from_config(config_with(config, db)).bootcamp(name).describe()
     console.print(Panel(Markdown(d["description"]), title=f"{d['name']} v{d['version']} ({d['modality']})"))
     levels = d["levels"]
     keys = [k for k in dict.fromkeys(k for p in levels.values() for k in p) if k != "level"]
@@ -74,12 +71,10 @@ def sample_command(
 ) -> None:
     """Show one instance: its prompt, its tools and the oracle's transcript."""
     from campflow.agents.oracle import OraclePolicy
-    from campflow.bootcamps import registry
     from campflow.rollout.engine import EpisodeSpec, run_episode
+    from campflow.storage.workspace import Workspace
 
-    register_workspace_imports(config_with(config, db).workspace.db_path)
-
-    bootcamp = registry.make(name)
+    bootcamp = Workspace.from_config(config_with(config, db)).bootcamp(name)
     instance = bootcamp.generate(level, seed)
     console.print(f"[bold]{name}[/] level {instance.level}, seed {seed}, instance id {instance.id}")
     for schema in bootcamp.tool_schemas(instance):

@@ -27,16 +27,6 @@ def config_with(path: Path | None, db: Path | None = None, **overrides: Any) -> 
     return load_config(path, extra)
 
 
-def register_workspace_imports(db_path: Path) -> None:
-    """Register the imports recorded in the store at ``db_path`` (nothing if there is no store yet)."""
-    if not db_path.exists():
-        return
-    from campflow.storage.imports import register_recorded
-    from campflow.storage.store import Store
-
-    register_recorded(Store(db_path))
-
-
 def resolve_local_model(cfg: CampflowConfig) -> None:
     """For ``policy.kind = local``, accept a checkpoint id as the model and turn it into its path."""
     if cfg.policy.kind != "local":
@@ -48,10 +38,10 @@ def resolve_local_model(cfg: CampflowConfig) -> None:
                           "(see `campflow sql \"SELECT model_id, kind FROM checkpoints\"`)")
     if Path(cfg.policy.model).exists():
         return
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
     from campflow.training.checkpoints import get
 
-    cfg.policy.model = str(get(Store(cfg.workspace.db_path), cfg.policy.model).path)
+    cfg.policy.model = str(get(Workspace.from_config(cfg).store, cfg.policy.model).path)
 
 
 def table(columns: list[str], rows: list[tuple[Any, ...]] | list[list[Any]], title: str | None = None) -> Table:

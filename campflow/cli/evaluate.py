@@ -36,11 +36,9 @@ def eval_command(
         "policy.kind": policy, "policy.model": model, "policy.base_url": base_url, "eval.bootcamps": names,
         "eval.n": n, "eval.samples": samples, "rollout.concurrency": concurrency,
     })
-    from campflow.bootcamps import registry
-    from campflow.cli.common import register_workspace_imports
+    from campflow.storage.workspace import Workspace
 
-    register_workspace_imports(cfg.workspace.db_path)  # imported bootcamps are named like built-in ones
-    cfg.eval.bootcamps = registry.parse_names(cfg.eval.bootcamps)  # fail fast, before Prefect starts
+    cfg.eval.bootcamps = Workspace.from_config(cfg).names(cfg.eval.bootcamps)  # fail fast, before Prefect starts
     resolve_local_model(cfg)
     quiet_prefect()
     from campflow import progress

@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, register_workspace_imports, table
+from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
 
 import_app = typer.Typer(help="Import tasks other people wrote as bootcamps.", no_args_is_help=True)
 app.add_typer(import_app, name="import")
@@ -79,9 +79,9 @@ def imports_command(
 ) -> None:
     """List the imported bootcamps recorded in the store (or remove one)."""
     from campflow.storage.imports import forget, recorded_rows
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
 
-    store = Store(config_with(config, db).workspace.db_path)
+    store = Workspace.from_config(config_with(config, db)).store
     if remove is not None:
         if not forget(store, remove):
             from campflow.errors import UnknownBootcampError
@@ -102,7 +102,7 @@ def _import(adapter: str, source: str, pairs: list[str], name: str | None, repla
     from campflow.storage.imports import import_bootcamp
     from campflow.bootcamps.base import format_validation_error
     from campflow.errors import ImportSourceError
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
 
     cfg = config_with(config_file, db)
     try:
@@ -110,8 +110,9 @@ def _import(adapter: str, source: str, pairs: list[str], name: str | None, repla
                           options=parse_options(pairs))
     except ValidationError as exc:
         raise ImportSourceError(format_validation_error(exc)) from None
-    register_workspace_imports(cfg.workspace.db_path)
-    spec, bootcamp = import_bootcamp(spec, Store(cfg.workspace.db_path), replace=replace)
+    ws = Workspace.from_config(cfg)
+    ws.load_imports()
+    spec, bootcamp = import_bootcamp(spec, ws.store, replace=replace)
     instance = bootcamp.generate(None, 0)
     tools = ", ".join(t.name for t in bootcamp.tools(instance))
     console.print(f"imported [bold]{spec.name}[/] ({adapter} {source}) version {spec.version}: "

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, register_workspace_imports, table
+from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
 from campflow.cli.evaluate import quiet_prefect
 
 
@@ -46,10 +46,9 @@ def improve(
 ) -> None:
     """One improvement cycle: evaluate, mine, synthesize, collect, SFT, RL, re-evaluate, promote."""
     cfg = config_with(config, db, **{"improve.model": start})
-    register_workspace_imports(cfg.workspace.db_path)
-    from campflow.bootcamps import registry
+    from campflow.storage.workspace import Workspace
 
-    cfg.eval.bootcamps = registry.parse_names(cfg.eval.bootcamps)
+    cfg.eval.bootcamps = Workspace.from_config(cfg).names(cfg.eval.bootcamps)
     _quiet()
     from campflow import progress
     from campflow.cli.display import RichReporter
@@ -106,9 +105,9 @@ def report(
     cfg = config_with(config, db)
     from campflow.report.facts import cycle_facts
     from campflow.report.page import write_report
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
 
-    facts = cycle_facts(Store(cfg.workspace.db_path), cycle)
+    facts = cycle_facts(Workspace.from_config(cfg).store, cycle)
     page = write_report(facts, cfg.improve.reports_dir / facts.cycle_id)
     names = sorted(set(facts.pass_before) | set(facts.pass_after))
     console.print(table(["bootcamp", "before", "after"],

@@ -18,19 +18,14 @@ class SynthesizerKind(StrEnum):
     llm = "llm"
 
 
-def _open_store(path: Path):  # noqa: ANN202  (the Store type is imported lazily)
+def _open_workspace(cfg):  # noqa: ANN001, ANN202  (the types are imported lazily)
     from campflow.errors import StoreError
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
 
-    if not path.exists():
-        raise StoreError(f"no store at {path}; run `campflow eval` first or pass --db")
-    return Store(path)
-
-
-def _names(bootcamps: str | None) -> list[str] | None:
-    from campflow.bootcamps import registry
-
-    return registry.parse_names(bootcamps) if bootcamps else None
+    ws = Workspace.from_config(cfg)
+    if not ws.db_path.exists():
+        raise StoreError(f"no store at {ws.db_path}; run `campflow eval` first or pass --db")
+    return ws
 
 
 @app.command()
@@ -45,10 +40,12 @@ def failures(
     cfg = config_with(config, db)
     from campflow.synthesis.pipeline import analyze_run, failure_report, resolve_run
 
-    store = _open_store(cfg.workspace.db_path)
+    ws = _open_workspace(cfg)
+    store = ws.store
     run_id = resolve_run(store, run)
     with console.status(f"mining and clustering the failures of {run_id}"):
-        analyze_run(store, run_id, cfg.synthesis, bootcamps=_names(bootcamps), refresh=refresh)
+        analyze_run(store, run_id, cfg.synthesis, bootcamps=ws.names(bootcamps) if bootcamps else None,
+                    refresh=refresh)
     categories, clusters = failure_report(store, run_id)
     if not categories:
         console.print(f"run {run_id} has no model failures")
@@ -88,8 +85,9 @@ def synthesize(
     from campflow.synthesis.pipeline import build_synthesizer, resolve_run, run_policy_config
     from campflow.synthesis.pipeline import synthesize as synthesize_run
 
-    names = _names(bootcamps)
-    store = _open_store(cfg.workspace.db_path)
+    ws = _open_workspace(cfg)
+    names = ws.names(bootcamps) if bootcamps else None
+    store = ws.store
     run_id = resolve_run(store, run)
     synth = build_synthesizer(cfg.synthesis)  # fails fast on a missing --model, before any work
     current = build_policy(cfg.policy if policy else (run_policy_config(store, run_id) or cfg.policy))

@@ -87,10 +87,11 @@ def dataset_build(
     """Filter episodes into an SFT dataset (TRL conversational format) and record it."""
     cfg = config_with(config, db)
     quiet_training()
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
     from campflow.training.filtering import build_sft_dataset
 
-    build = build_sft_dataset(Store(cfg.workspace.db_path), cfg.workspace.path, _split(runs), cfg.training.filter)
+    ws = Workspace.from_config(cfg)
+    build = build_sft_dataset(ws.store, ws.path, _split(runs), cfg.training.filter)
     console.print(f"[bold]dataset[/] {build.dataset_id}: {build.rows} rows at {build.path}"
                   f"{' (already built)' if build.reused else ''}")
     console.print(table(["bootcamp", "rows"], sorted(build.per_bootcamp.items())))
@@ -117,22 +118,22 @@ def export(
                                  param_hint="--runs / --merge")
     cfg = config_with(config, db)
     quiet_training()
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
 
     if merge is not None:
         from campflow.training.adapters import merge_adapter
         from campflow.training.checkpoints import get
 
-        ckpt = get(Store(cfg.workspace.db_path), merge)
+        ckpt = get(Workspace.from_config(cfg).store, merge)
         console.print(f"wrote {merge_adapter(ckpt.path, out)} ({ckpt.model_id} merged into its base)")
         return
     from campflow.training.filtering import build_sft_dataset, export_verl
 
-    store = Store(cfg.workspace.db_path)
+    ws = Workspace.from_config(cfg)
     if fmt == "verl":
-        build = export_verl(store, _split(runs), cfg.training.filter, out)
+        build = export_verl(ws.store, _split(runs), cfg.training.filter, out)
     else:
-        build = build_sft_dataset(store, cfg.workspace.path, _split(runs), cfg.training.filter)
+        build = build_sft_dataset(ws.store, ws.path, _split(runs), cfg.training.filter)
         if out.exists():
             shutil.rmtree(out)
         shutil.copytree(build.path, out)
@@ -149,10 +150,10 @@ def train_base(
     names = [s.strip() for s in bootcamps.split(",")] if bootcamps else None
     cfg = config_with(config, db, **{"training.bootcamps": names})
     quiet_training()
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
     from campflow.training.base import ensure_base
 
-    ckpt = ensure_base(Store(cfg.workspace.db_path), cfg)
+    ckpt = ensure_base(Workspace.from_config(cfg).store, cfg)
     console.print(f"[bold]base[/] {ckpt.model_id} at {ckpt.path}: {ckpt.metrics.get('parameters'):,} parameters, "
                   f"vocabulary {ckpt.metrics.get('vocab_size')}")
 
@@ -168,12 +169,13 @@ def train_sft_command(
     """Supervised fine-tuning with TRL's SFTTrainer (assistant-only loss)."""
     cfg = config_with(config, db, **{"training.sft.max_steps": steps})
     quiet_training()
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
     from campflow.training.sft import train_sft
 
     reporter, installed = _live()
     with reporter, installed:
-        result = train_sft(Store(cfg.workspace.db_path), cfg.workspace.path, base, dataset, cfg.training.sft,
+        ws = Workspace.from_config(cfg)
+        result = train_sft(ws.store, ws.path, base, dataset, cfg.training.sft,
                            hardware=_hardware(cfg), report_to=cfg.training.report_to)
     _report(result)
 
@@ -190,12 +192,13 @@ def train_rl_command(
     names = [s.strip() for s in bootcamps.split(",")] if bootcamps else None
     cfg = config_with(config, db, **{"training.bootcamps": names, "training.rl.max_steps": steps})
     quiet_training()
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
     from campflow.training.rl import train_rl
 
     reporter, installed = _live()
     with reporter, installed:
-        result = train_rl(Store(cfg.workspace.db_path), cfg.workspace.path, base, cfg.training.bootcamps,
+        ws = Workspace.from_config(cfg)
+        result = train_rl(ws.store, ws.path, base, cfg.training.bootcamps,
                           cfg.training.rl, cfg.training.levels, hardware=_hardware(cfg),
                           report_to=cfg.training.report_to)
     _report(result)

@@ -12,43 +12,41 @@ import json
 from prefect import flow
 
 from campflow.agents.factory import policy_model_id
-from campflow.bootcamps import registry
-from campflow.storage.imports import register_recorded
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_eval, train_instances
 from campflow.config import CampflowConfig
 from campflow.flows.evaluate import EvalSummary, new_run_id, summarize
 from campflow.flows.rollouts import record_rollouts
 from campflow.flows.runners import task_runner
-from campflow.storage.store import Store
+from campflow.storage.workspace import Workspace
 from campflow.tasks.rollout import shard_items
 
 
-def collection_instances(cfg: CampflowConfig, store: Store, extra_ids: list[str] | None = None) -> list[Instance]:
+def collection_instances(cfg: CampflowConfig, ws: Workspace,
+                         extra_ids: list[str] | None = None) -> list[Instance]:
     """Train instances to collect on: generated ones per bootcamp, plus synthesized variants and
     ``extra_ids`` (instances recorded in the store, e.g. the ones a model failed on)."""
     t = cfg.training
     out: dict[str, Instance] = {}
-    for name in registry.parse_names(t.bootcamps):
-        bootcamp = registry.make(name)
+    for bootcamp in ws.bootcamps(t.bootcamps):
         levels = [lv for lv in (t.levels or sorted(bootcamp.levels)) if lv in bootcamp.levels]
         for inst in train_instances(bootcamp, t.collect_n, seed=t.tiny.seed, levels=levels):
             out[inst.id] = inst
     sql = ("SELECT instance_id, bootcamp, params, seed FROM instances WHERE split = 'train' AND "
            "(origin = 'synthesized'" + (f" OR instance_id IN ({', '.join('?' for _ in extra_ids)})" if extra_ids else "")
            + ")")
-    for r in store.query(sql, list(extra_ids or [])):
+    for r in ws.store.query(sql, list(extra_ids or [])):
         if r["bootcamp"] in t.bootcamps:
-            inst = registry.make(r["bootcamp"]).generate(json.loads(r["params"]), int(r["seed"]))
+            inst = ws.bootcamp(r["bootcamp"]).generate(json.loads(r["params"]), int(r["seed"]))
             out[inst.id] = inst
     return list(out.values())
 
 
-def recorded_instances(store: Store, instance_ids: list[str]) -> list[Instance]:
-    """Instances recorded in the store, rebuilt from their params and seed."""
-    rows = store.query("SELECT instance_id, bootcamp, params, seed FROM instances WHERE instance_id IN "
+def recorded_instances(ws: Workspace, instance_ids: list[str]) -> list[Instance]:
+    """Instances recorded in the workspace's store, rebuilt from their params and seed."""
+    rows = ws.store.query("SELECT instance_id, bootcamp, params, seed FROM instances WHERE instance_id IN "
                        "(SELECT unnest(?))", [instance_ids])
-    return [registry.make(r["bootcamp"]).generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
+    return [ws.bootcamp(r["bootcamp"]).generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
 
 
 @flow(name="collect", log_prints=False, validate_parameters=False)
@@ -60,13 +58,13 @@ def collect_flow(cfg: CampflowConfig, run_id: str | None = None, extra_ids: list
     recorded train instances instead (e.g. a candidate on the variants synthesized for it).
     """
     run_id = run_id or new_run_id(kind)
-    store = Store(cfg.workspace.db_path)
+    ws = Workspace.from_config(cfg)
+    store = ws.store
     model_id = policy_model_id(cfg.policy)
     store.start_run(run_id, kind, cfg.model_dump(mode="json"), model_id)
     try:
-        register_recorded(store)  # imported bootcamps train like built-in ones
-        instances = (recorded_instances(store, only_ids) if only_ids is not None
-                     else collection_instances(cfg, store, extra_ids))
+        instances = (recorded_instances(ws, only_ids) if only_ids is not None
+                     else collection_instances(cfg, ws, extra_ids))
         assert_not_eval((i.id for i in instances), store.eval_ids(), what="teacher collection")
         store.write_instances(instances, split="train")
         done = store.completed_keys(run_id)

@@ -13,13 +13,12 @@ from typing import Any
 
 from prefect import flow
 from campflow.agents.factory import policy_model_id
-from campflow.bootcamps import registry
-from campflow.storage.imports import register_recorded
 from campflow.bootcamps.splits import eval_instances
 from campflow.config import CampflowConfig
 from campflow.flows.rollouts import record_rollouts
 from campflow.flows.runners import task_runner
 from campflow.storage.store import Store
+from campflow.storage.workspace import Workspace
 from campflow.tasks.rollout import ShardItem, shard_items
 
 
@@ -45,13 +44,13 @@ def new_run_id(kind: str) -> str:
     return f"{kind}-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
-def plan_eval(cfg: CampflowConfig, store: Store, run_id: str) -> tuple[list[ShardItem], int]:
+def plan_eval(cfg: CampflowConfig, ws: Workspace, run_id: str) -> tuple[list[ShardItem], int]:
     """Record the eval instances and list the episodes this run still needs (and how many are done)."""
+    store = ws.store
     done = store.completed_keys(run_id)
-    register_recorded(store)  # imported bootcamps are named like built-in ones
     items: list[ShardItem] = []
-    for name in registry.parse_names(cfg.eval.bootcamps):
-        instances = eval_instances(registry.make(name), cfg.eval.n, cfg.eval.levels)
+    for bootcamp in ws.bootcamps(cfg.eval.bootcamps):
+        instances = eval_instances(bootcamp, cfg.eval.n, cfg.eval.levels)
         store.write_instances(instances, split="eval")
         items += shard_items(instances, cfg.eval.samples, done)
     return items, len(done)
@@ -61,11 +60,12 @@ def plan_eval(cfg: CampflowConfig, store: Store, run_id: str) -> tuple[list[Shar
 def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "evaluate") -> EvalSummary:
     """Evaluate ``cfg.policy`` on ``cfg.eval`` and write every episode to the store."""
     run_id = run_id or new_run_id("eval")
-    store = Store(cfg.workspace.db_path)
+    ws = Workspace.from_config(cfg)
+    store = ws.store
     model_id = policy_model_id(cfg.policy)
     store.start_run(run_id, kind, cfg.model_dump(mode="json"), model_id)
     try:
-        items, skipped = plan_eval(cfg, store, run_id)
+        items, skipped = plan_eval(cfg, ws, run_id)
         record_rollouts(store, items, cfg.policy, cfg.rollout, run_id)
         summary = summarize(store, run_id, model_id, ran=len(items), skipped=skipped)
     except BaseException as exc:

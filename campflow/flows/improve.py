@@ -29,6 +29,7 @@ from campflow.report.page import write_report
 from campflow.storage import cycles
 from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
+from campflow.storage.workspace import Workspace
 from campflow.tasks.synthesis import mine_failures_task, synthesize_task
 from campflow.tasks.training import build_dataset_task, rl_task, sft_task, start_model_task
 from campflow.training import checkpoints
@@ -70,8 +71,10 @@ def _metric(store: Store, run_id: str, metric: str) -> float:
 def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False) -> CycleSummary:
     """Run (or resume) one improvement cycle. ``cfg`` may also be a dict or a YAML path (a deployment's parameters)."""
     cfg = as_config(cfg)
-    store = Store(cfg.workspace.db_path)
+    ws = Workspace.from_config(cfg)
+    store = ws.store
     cfg = cfg.model_copy(deep=True)
+    cfg.eval.bootcamps = ws.names(cfg.eval.bootcamps)  # a schedule's "all" or a typo is resolved here too
     cfg.training.bootcamps = list(cfg.eval.bootcamps)  # train on what is evaluated
     if resume:
         cycle = cycles.load(store, cycle_id) if cycle_id else cycles.latest_unfinished(store)

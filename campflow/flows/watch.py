@@ -11,6 +11,7 @@ from campflow.config import CampflowConfig, as_config
 from campflow.flows.improve import CycleSummary, improve_flow
 from campflow.storage import cycles
 from campflow.storage.store import Store, now
+from campflow.storage.workspace import Workspace
 
 
 @dataclass
@@ -32,7 +33,7 @@ def watch_flow(cfg: CampflowConfig) -> WatchDecision:
     """Start one improvement cycle if enough new failures have accumulated (and none is running).
     ``cfg`` may also be a dict or a YAML path (a deployment's parameters)."""
     cfg = as_config(cfg)
-    store = Store(cfg.workspace.db_path)
+    store = Workspace.from_config(cfg).store
     count, threshold = new_failures(store), cfg.watch.threshold
     running = cycles.latest_unfinished(store)
     cycle_id = None

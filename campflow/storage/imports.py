@@ -3,7 +3,8 @@
 :func:`import_bootcamp` is the Python API of ``campflow import``: it checks the name, builds the
 bootcamp (which validates the source), generates one instance per level so a bad option fails now
 rather than mid-evaluation, records the spec with the version it saw, and registers it.
-:func:`register_recorded` is what commands and flows call before they resolve bootcamp names.
+:func:`register_recorded` loads them back; only the workspace calls it, the first time a name is not
+registered (:class:`campflow.storage.workspace.Workspace`).
 
 It lives in storage, above the bootcamps it records: bootcamps know nothing of the store.
 """

@@ -18,7 +18,6 @@ import orjson
 from pydantic import ValidationError
 
 from campflow.agents.base import Policy
-from campflow.storage.imports import register_recorded
 from campflow.config import PolicyConfig, SynthesisConfig
 from campflow.errors import RunNotFoundError
 from campflow.rollout.engine import RolloutSettings
@@ -62,7 +61,6 @@ def analyze_run(
 ) -> Analysis:
     """Mine and cluster ``run_id`` unless that is already done for every one of its model failures."""
     cfg = cfg or SynthesisConfig()
-    register_recorded(store)  # a run of imported bootcamps needs them in the registry
     marks = ", ".join("?" for _ in FAILURE_TERMINATIONS)
     only, names = "", list(bootcamps or [])
     if names:
@@ -138,7 +136,6 @@ def synthesize(
     a ``synthesize`` run; proposals already decided by an earlier run are left as they are.
     """
     cfg = cfg or SynthesisConfig()
-    register_recorded(store)
     synthesizer = synthesizer or build_synthesizer(cfg)
     run_id = run_id or new_synthesis_run_id()
     store.start_run(run_id, "synthesize", {"source_run_id": source_run_id, "synthesis": cfg.model_dump(mode="json")},

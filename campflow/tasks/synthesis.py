@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from campflow.agents.factory import build_policy
 from campflow.config import CampflowConfig
-from campflow.storage.store import Store
+from campflow.storage.workspace import Workspace
 from campflow.synthesis.curriculum import update_curriculum
 from campflow.rollout.engine import RolloutSettings
 from campflow.synthesis.pipeline import analyze_run, run_policy_config, synthesize
@@ -20,7 +20,7 @@ from campflow.synthesis.pipeline import analyze_run, run_policy_config, synthesi
 @task(name="mine-failures", cache_policy=NO_CACHE)
 def mine_failures_task(cfg: CampflowConfig, run_id: str) -> dict[str, int]:
     """Mine and cluster a run's model failures; returns the cluster sizes by cluster id."""
-    analysis = analyze_run(Store(cfg.workspace.db_path), run_id, cfg.synthesis, bootcamps=cfg.eval.bootcamps)
+    analysis = analyze_run(Workspace.from_config(cfg).store, run_id, cfg.synthesis, bootcamps=cfg.eval.bootcamps)
     return {c.cluster_id: c.size for c in analysis.clusters}
 
 
@@ -30,7 +30,7 @@ def synthesize_task(cfg: CampflowConfig, run_id: str) -> dict[str, Any]:
 
     Retrying is safe: variants decided by the first attempt are not validated again.
     """
-    store = Store(cfg.workspace.db_path)
+    store = Workspace.from_config(cfg).store
     policy = build_policy(run_policy_config(store, run_id) or cfg.policy)
     summary = synthesize(store, run_id, cfg.synthesis, policy=policy, bootcamps=cfg.eval.bootcamps,
                          rollout=RolloutSettings.from_config(cfg.rollout))
@@ -40,6 +40,6 @@ def synthesize_task(cfg: CampflowConfig, run_id: str) -> dict[str, Any]:
 @task(name="update-curriculum", cache_policy=NO_CACHE)
 def update_curriculum_task(cfg: CampflowConfig, run_id: str) -> dict[str, int]:
     """Step the curriculum on a training run's train pass rates; returns the next level per bootcamp."""
-    decisions = update_curriculum(Store(cfg.workspace.db_path), run_id, up=cfg.synthesis.curriculum_up,
+    decisions = update_curriculum(Workspace.from_config(cfg).store, run_id, up=cfg.synthesis.curriculum_up,
                                   down=cfg.synthesis.curriculum_down)
     return {d.bootcamp: d.next_level for d in decisions if not d.cluster_id}

@@ -8,7 +8,7 @@ from prefect.cache_policies import NO_CACHE
 
 from campflow.config import CampflowConfig
 from campflow.hardware import resolve_hardware
-from campflow.storage.store import Store
+from campflow.storage.workspace import Workspace
 from campflow.training import checkpoints
 from campflow.training.base import ensure_base
 from campflow.training.filtering import build_sft_dataset
@@ -19,7 +19,7 @@ from campflow.training.sft import train_sft
 @task(name="start-model", cache_policy=NO_CACHE)
 def start_model_task(cfg: CampflowConfig) -> str:
     """The model a first cycle starts from: the embedded tiny model, or a registered local folder."""
-    store = Store(cfg.workspace.db_path)
+    store = Workspace.from_config(cfg).store
     if cfg.improve.model == "embedded":
         return ensure_base(store, cfg).model_id
     return checkpoints.adopt(store, cfg.improve.model).model_id
@@ -28,14 +28,16 @@ def start_model_task(cfg: CampflowConfig) -> str:
 @task(name="build-dataset", cache_policy=NO_CACHE)
 def build_dataset_task(cfg: CampflowConfig, run_ids: list[str]) -> str:
     """Filter the episodes of ``run_ids`` into an SFT dataset; returns its id."""
-    build = build_sft_dataset(Store(cfg.workspace.db_path), cfg.workspace.path, run_ids, cfg.training.filter)
+    ws = Workspace.from_config(cfg)
+    build = build_sft_dataset(ws.store, ws.path, run_ids, cfg.training.filter)
     return build.dataset_id
 
 
 @task(name="sft", cache_policy=NO_CACHE)
 def sft_task(cfg: CampflowConfig, base: str, dataset_id: str) -> str:
     """Supervised fine-tuning; returns the new checkpoint's id."""
-    return train_sft(Store(cfg.workspace.db_path), cfg.workspace.path, base, dataset_id, cfg.training.sft,
+    ws = Workspace.from_config(cfg)
+    return train_sft(ws.store, ws.path, base, dataset_id, cfg.training.sft,
                      hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
                      report_to=cfg.training.report_to).checkpoint.model_id
 
@@ -43,7 +45,8 @@ def sft_task(cfg: CampflowConfig, base: str, dataset_id: str) -> str:
 @task(name="rl", cache_policy=NO_CACHE)
 def rl_task(cfg: CampflowConfig, base: str) -> str:
     """GRPO on the bootcamps as environments; returns the new checkpoint's id."""
-    return train_rl(Store(cfg.workspace.db_path), cfg.workspace.path, base, cfg.training.bootcamps,
+    ws = Workspace.from_config(cfg)
+    return train_rl(ws.store, ws.path, base, cfg.training.bootcamps,
                     cfg.training.rl, cfg.training.levels,
                     hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
                     report_to=cfg.training.report_to).checkpoint.model_id

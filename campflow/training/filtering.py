@@ -27,7 +27,6 @@ from typing import Any
 
 from campflow.agents.chat import UnrenderableTranscript, action_sequence, template_messages
 from campflow.bootcamps import registry
-from campflow.storage.imports import register_recorded
 from campflow.bootcamps.splits import assert_not_eval, is_eval_seed
 from campflow.config import FilterConfig
 from campflow.errors import CampflowError
@@ -66,7 +65,6 @@ def candidate_episodes(store: Store, run_ids: Sequence[str]) -> list[dict[str, A
     """Episodes of ``run_ids`` with their instance's split, seed and params (None when unrecorded)."""
     if not run_ids:
         raise CampflowError("no source runs given; pass the ids of collect or evaluate runs")
-    register_recorded(store)  # episodes of imported bootcamps rebuild their instances through the registry
     known = {r["run_id"] for r in store.query(
         f"SELECT run_id FROM runs WHERE run_id IN ({', '.join('?' for _ in run_ids)})", list(run_ids))}
     missing = [r for r in run_ids if r not in known]

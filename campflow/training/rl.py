@@ -21,7 +21,6 @@ from typing import Any
 
 from campflow.agents.local import MODEL_LOADING
 from campflow.bootcamps import registry
-from campflow.storage.imports import register_recorded
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_eval, train_instances
 from campflow.config import RLConfig
@@ -92,8 +91,7 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     hardware = hardware or resolve_hardware()
     main = is_main_process()
-    register_recorded(store)
-    bootcamps = registry.parse_names(bootcamps)
+    bootcamps = registry.parse_names(bootcamps)  # imported ones through the workspace's resolver
     parent = checkpoints.resolve(store, base, record=main)
     model_id = checkpoints.checkpoint_id("rl", parent.model_id, sorted(bootcamps), levels, cfg.model_dump(),
                                          hardware.precision, *processes())

@@ -23,9 +23,10 @@ Versions: every adapter computes its bootcamp's ``version`` from its own revisio
 ``ImportSpec.version`` records the version seen at import time.
 
 Persistence lives in :mod:`campflow.storage.imports`: imports are written to the store's
-``imported_bootcamps`` table and loaded back into the registry by the commands and flows that need
-them. Rollout shards that run in other processes receive the specs as a task argument and call
-:func:`ensure_registered` before rebuilding instances.
+``imported_bootcamps`` table and loaded back into the registry by the workspace
+(:class:`campflow.storage.workspace.Workspace`) when a name is not registered. Rollout shards that
+run in other processes receive the specs as a task argument and call :func:`ensure_registered` before
+rebuilding instances.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def build_bootcamp(spec: Mapping[str, Any] | ImportSpec) -> Bootcamp:
 
 def register_import(spec: ImportSpec, *, replace: bool = False) -> None:
     """Put ``spec`` in the registry with ``origin="imported"``; nothing is built until ``make``."""
-    registry.register(spec.name, _BUILD_TARGET, modality="text", kwargs={"spec": _spec_key(spec)},
+    registry.register(spec.name, _BUILD_TARGET, kwargs={"spec": _spec_key(spec)},
                       origin="imported", replace=replace)
 
 

@@ -1,4 +1,4 @@
-"""sql: answer questions about a generated database with read-only SQL (see sqlworld.py for the data)."""
+"""sql: answer questions about a generated database with read-only SQL (see world.py for the data)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
 from campflow.bootcamps.messages import clip
-from campflow.bootcamps.sqlworld import SCHEMAS, SqlParams, entity_names, generate_question
+from campflow.bootcamps.sql.world import SCHEMAS, SqlParams, entity_names, generate_question
 from campflow.errors import ToolError
 
 MAX_SQL_CHARS = 4_000

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from campflow.bootcamps.base import Action, Bootcamp, Instance, NoArgs, Observation, Score, ToolArgs, tool
-from campflow.bootcamps.guiscreen import (
+from campflow.bootcamps.gui.screen import (
     FONT, FOOTER, HEADER, GuiParams, GuiState, describe, inside, layout, on_screen, option_boxes, render, widgets_by_id,
 )
 from campflow.bootcamps.messages import clip

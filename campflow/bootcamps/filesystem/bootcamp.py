@@ -1,4 +1,4 @@
-"""filesystem: tidy an in-memory file tree by rules given in words (see filetree.py for the tree)."""
+"""filesystem: tidy an in-memory file tree by rules given in words (see tree.py for the tree)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pydantic import Field
 from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
-from campflow.bootcamps.filetree import (
+from campflow.bootcamps.filesystem.tree import (
     FilesystemParams,
     MAX_CONTENT_CHARS, ROOT, Tree, basename, generate_task, parent, resolve,
     shown,

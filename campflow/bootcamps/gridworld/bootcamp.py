@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import Field
 
 from campflow.bootcamps.base import Action, Bootcamp, Instance, NoArgs, Observation, Score, ToolArgs, tool
-from campflow.bootcamps.gridview import (
+from campflow.bootcamps.gridworld.view import (
     COLORS, FLOOR, STEPS, WALL, GridworldParams, GridworldState, Node, describe, door_at, image_size, key_here, render,
 )
 from campflow.bootcamps.rendering import observe, user_content

@@ -1,5 +1,5 @@
 """The gui bootcamp's screen: the form's vocabulary, params, state and layout, and how a screen is drawn
-(a PNG) and described (text mode). The tools and the reward live in campflow.bootcamps.gui."""
+(a PNG) and described (text mode). The tools and the reward live in campflow.bootcamps.gui.bootcamp."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pydantic import Field
 from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
-from campflow.bootcamps.schedule import (
+from campflow.bootcamps.calendar.schedule import (
     CalendarParams,
     Event, apply_step, check, conflicts, describe, fmt, free_starts, generate_world, next_step,
     outside_hours,

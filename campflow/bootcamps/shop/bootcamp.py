@@ -11,7 +11,7 @@ from pydantic import Field
 from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
-from campflow.bootcamps.catalog import ShopParams, generate_catalog, requirements_met, tokens
+from campflow.bootcamps.shop.catalog import ShopParams, generate_catalog, requirements_met, tokens
 from campflow.bootcamps.messages import clip
 from campflow.errors import ToolError
 

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from campflow.bootcamps.arithmetic import MAX_MAGNITUDE, evaluate, format_number
 from campflow.bootcamps.base import Action, Bootcamp, Instance, Observation, Score, State, ToolArgs, tool
-from campflow.bootcamps.chartdraw import ChartParams, describe, num, plot_height, render
+from campflow.bootcamps.chart.draw import ChartParams, describe, num, plot_height, render
 from campflow.bootcamps.rendering import user_content
 from campflow.errors import ToolError
 

@@ -1,5 +1,5 @@
 """The chart bootcamp's params and drawing: the knobs of a chart question, and how its chart is drawn
-(a PNG) and described (text mode). Generation, the tools and the reward live in campflow.bootcamps.chart."""
+(a PNG) and described (text mode). Generation, the tools and the reward live in campflow.bootcamps.chart.bootcamp."""
 
 from __future__ import annotations
 

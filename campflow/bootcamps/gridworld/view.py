@@ -1,6 +1,6 @@
 """The gridworld bootcamp's world and views: its params and state, the map, and how a frame is drawn
 (a PNG) and described (text mode). The tools, generation and the oracle's planner live in
-campflow.bootcamps.gridworld."""
+campflow.bootcamps.gridworld.bootcamp."""
 
 from __future__ import annotations
 
