@@ -45,6 +45,14 @@ def improve(
 ) -> None:
     """One improvement cycle: evaluate, mine, synthesize, collect, SFT, RL, re-evaluate, promote."""
     cfg = config_with(config, db)
+    from campflow.storage import cycles
+
+    if cycle_id is not None:
+        from campflow.storage.names import check_cycle_id
+
+        check_cycle_id(cycle_id)  # fail fast, before Prefect starts
+    elif not resume:
+        cycle_id = cycles.new_cycle_id()  # named here, so a stopped cycle can be named
     register_workspace_imports(cfg.workspace.db_path)
     from campflow.bootcamps import registry
 
@@ -54,10 +62,33 @@ def improve(
     from campflow.cli.display import RichReporter
     from campflow.flows.improve import improve as run_improve
 
+    options = "".join(f" {flag} {value}" for flag, value in (("--config", config), ("--db", db)) if value)
+    when_stopped(lambda: cycle_progress(cfg.workspace.db_path, cycle_id, f"campflow improve --resume{options}"))
     with RichReporter(console) as reporter, progress.use(reporter):
         reporter.note("starting Prefect (the first flow on a fresh ephemeral API takes ~10 s)")
         summary = run_improve(cfg, cycle_id, resume)
     print_cycle(summary)
+
+
+def cycle_progress(db_path: Path, cycle_id: str | None, resume: str) -> str:
+    """Where a stopped cycle stands and how to resume it, for the line a stopped command ends with."""
+    from campflow.flows.improve import STEPS
+    from campflow.storage import cycles
+    from campflow.storage.store import Store
+
+    from campflow.errors import CampflowError
+
+    store = Store(db_path)
+    try:
+        cycle = cycles.load(store, cycle_id) if cycle_id else cycles.latest_unfinished(store)
+    except CampflowError:  # stopped before the cycle was recorded
+        cycle = None
+    if cycle is None:
+        return f"no cycle was recorded yet; start again with `{resume.replace(' --resume', '')}`"
+    done = cycle.state.get("done", [])
+    step = next((s for s in STEPS if s not in done), "the end")
+    return (f"cycle {cycle.cycle_id} stopped during step {step!r} ({len(done)} of {len(STEPS)} steps done); "
+            f"resume with `{resume}`")
 
 
 @app.command()

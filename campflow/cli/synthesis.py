@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import ConfigOption, DbOption, bootcamp_names, config_with, console, table
 
 BootcampsOption = typer.Option(None, "--bootcamps", "-b", help="only these bootcamps (comma-separated)")
 
@@ -30,7 +30,8 @@ def _open_store(path: Path):  # noqa: ANN202  (the Store type is imported lazily
 def _names(bootcamps: str | None) -> list[str] | None:
     from campflow.bootcamps import registry
 
-    return registry.parse_names(bootcamps) if bootcamps else None
+    names = bootcamp_names(bootcamps)
+    return registry.parse_names(names) if names is not None else None
 
 
 @app.command()

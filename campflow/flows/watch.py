@@ -32,7 +32,7 @@ def watch_flow(cfg: CampflowConfig) -> WatchDecision:
     """Start one improvement cycle if enough new failures have accumulated (and none is running).
     ``cfg`` may also be a dict or a YAML path (a deployment's parameters)."""
     cfg = as_config(cfg)
-    store = Store(cfg.workspace.db_path)
+    store = Store.of_workspace(cfg.workspace)
     count, threshold = new_failures(store), cfg.watch.threshold
     running = cycles.latest_unfinished(store)
     cycle_id = None

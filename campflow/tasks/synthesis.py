@@ -20,7 +20,7 @@ from campflow.synthesis.pipeline import analyze_run, run_policy_config, synthesi
 @task(name="mine-failures", cache_policy=NO_CACHE)
 def mine_failures_task(cfg: CampflowConfig, run_id: str) -> dict[str, int]:
     """Mine and cluster a run's model failures; returns the cluster sizes by cluster id."""
-    analysis = analyze_run(Store(cfg.workspace.db_path), run_id, cfg.synthesis, bootcamps=cfg.eval.bootcamps)
+    analysis = analyze_run(Store.of_workspace(cfg.workspace), run_id, cfg.synthesis, bootcamps=cfg.eval.bootcamps)
     return {c.cluster_id: c.size for c in analysis.clusters}
 
 
@@ -30,7 +30,7 @@ def synthesize_task(cfg: CampflowConfig, run_id: str) -> dict[str, Any]:
 
     Retrying is safe: variants decided by the first attempt are not validated again.
     """
-    store = Store(cfg.workspace.db_path)
+    store = Store.of_workspace(cfg.workspace)
     policy = build_policy(run_policy_config(store, run_id) or cfg.policy)
     summary = synthesize(store, run_id, cfg.synthesis, policy=policy, bootcamps=cfg.eval.bootcamps,
                          rollout=RolloutSettings.from_config(cfg.rollout))
@@ -40,6 +40,6 @@ def synthesize_task(cfg: CampflowConfig, run_id: str) -> dict[str, Any]:
 @task(name="update-curriculum", cache_policy=NO_CACHE)
 def update_curriculum_task(cfg: CampflowConfig, run_id: str) -> dict[str, int]:
     """Step the curriculum on a training run's train pass rates; returns the next level per bootcamp."""
-    decisions = update_curriculum(Store(cfg.workspace.db_path), run_id, up=cfg.synthesis.curriculum_up,
+    decisions = update_curriculum(Store.of_workspace(cfg.workspace), run_id, up=cfg.synthesis.curriculum_up,
                                   down=cfg.synthesis.curriculum_down)
     return {d.bootcamp: d.next_level for d in decisions if not d.cluster_id}
