@@ -72,6 +72,9 @@ def quiet_after_stop(signal_name: str) -> None:
     gives up at the first refused connection, as the same signal may have taken down its ephemeral
     server (it would otherwise retry for a minute and end in a traceback)."""
     logging.disable(logging.CRITICAL)
+    for logger in list(logging.root.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger):  # Prefect's internal loggers ignore logging.disable
+            logger.disabled = True
     if "prefect.settings" in sys.modules:
         from prefect.settings import get_current_settings
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, register_workspace_imports, table
+from campflow.cli.common import (
+    ConfigOption, DbOption, config_with, console, register_workspace_imports, table, when_stopped,
+)
 from campflow.cli.evaluate import quiet_prefect
 
 
