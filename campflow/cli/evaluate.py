@@ -71,6 +71,8 @@ def run_progress(db_path: Path, run_id: str, command: str) -> str:
     """Where a stopped run stands and how to complete it, for the line a stopped command ends with."""
     from campflow.storage.query import run_sql
 
+    if not db_path.exists():
+        return f"nothing was stored yet; rerun the same `campflow {command}` (with --run-id {run_id})"
     stored = run_sql(db_path, f"SELECT count(*) FROM episodes WHERE run_id = '{run_id}'").rows[0][0]
     return (f"run {run_id} stopped with {stored} episode(s) stored; rerun the same `campflow {command}` "
             f"with --run-id {run_id} to complete only what is missing")

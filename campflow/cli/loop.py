@@ -74,17 +74,18 @@ def improve(
 
 def cycle_progress(db_path: Path, cycle_id: str | None, resume: str) -> str:
     """Where a stopped cycle stands and how to resume it, for the line a stopped command ends with."""
+    from campflow.errors import CampflowError
     from campflow.flows.improve import STEPS
     from campflow.storage import cycles
     from campflow.storage.store import Store
 
-    from campflow.errors import CampflowError
-
-    store = Store(db_path)
-    try:
-        cycle = cycles.load(store, cycle_id) if cycle_id else cycles.latest_unfinished(store)
-    except CampflowError:  # stopped before the cycle was recorded
-        cycle = None
+    cycle = None
+    if db_path.exists():
+        try:
+            store = Store(db_path)
+            cycle = cycles.load(store, cycle_id) if cycle_id else cycles.latest_unfinished(store)
+        except CampflowError:  # stopped before the cycle was recorded
+            pass
     if cycle is None:
         return f"no cycle was recorded yet; start again with `{resume.replace(' --resume', '')}`"
     done = cycle.state.get("done", [])

@@ -2,7 +2,9 @@
 
 DuckDB lets one process hold a file for writing and locks every other process out, readers too.
 So the writer opens the file for each batch and closes it again, never holding it across a rollout
-or a training step, and both sides retry briefly when they meet the other's lock.
+or a training step, and both sides retry with backoff when they meet the other's lock: a reader
+briefly, a writer for ``workspace.lock_wait_s``, saying which process (a reader, another writer) it
+waits for. A run whose write finally fails is marked failed with that reason (:meth:`Store.fail_run`).
 """
 
 from __future__ import annotations
