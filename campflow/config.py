@@ -34,6 +34,8 @@ class WorkspaceConfig(Section):
 
     path: Path = Field(Path("campflow-data"), description="workspace folder: store, datasets, checkpoints")
     db: Path | None = Field(None, description="DuckDB file; default <path>/campflow.duckdb")
+    lock_wait_s: float = Field(60.0, gt=0, le=86_400, description="seconds a write waits, retrying with backoff, "
+                               "for another process (a reader such as `campflow sql`) to let go of the store")
 
     @property
     def db_path(self) -> Path:
@@ -294,8 +296,17 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         p = Path(path)
         if not p.exists():
             raise ConfigError(f"config file {p} does not exist")
+        if p.is_dir():
+            raise ConfigError(f"config file {p} is a directory; expected a YAML file")
         try:
-            loaded = yaml.safe_load(p.read_text()) or {}
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}); "
+                              "expected a YAML file") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {p} cannot be read: {exc.strerror or exc}") from None
+        try:
+            loaded = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{p}: not valid YAML: {str(exc).splitlines()[0]}") from None
         if not isinstance(loaded, dict):
@@ -304,7 +315,12 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     for key, raw in sorted((env if env is not None else os.environ).items()):
         if key.startswith(ENV_PREFIX):
             dotted = key[len(ENV_PREFIX):].lower().replace("__", ".")
-            _set(data, dotted, yaml.safe_load(raw) if raw != "" else None)
+            try:
+                value = yaml.safe_load(raw) if raw != "" else None
+            except yaml.YAMLError as exc:
+                shown = raw if len(raw) <= 60 else raw[:57] + "..."
+                raise ConfigError(f"${key} = {shown!r}: not valid YAML: {str(exc).splitlines()[0]}") from None
+            _set(data, dotted, value)
             source += f" + ${key}"
     for dotted, value in (overrides or {}).items():
         if value is not None:

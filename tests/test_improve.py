@@ -1,4 +1,4 @@
-"""The improvement loop: one cycle end to end, resuming after SIGKILL, and watch's trigger."""
+"""The improvement loop: one cycle end to end, resuming after SIGKILL and after SIGTERM, and watch's trigger."""
 
 from __future__ import annotations
 
@@ -53,11 +53,11 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
                              "variants", "report", "promote"]
 
 
-def _start(config: Path, *args: str) -> subprocess.Popen:
+def _start(config: Path, *args: str, stderr: int = subprocess.STDOUT) -> subprocess.Popen:
     exe = Path(sys.executable).parent / "campflow"
     # its own process group, so a kill takes the Prefect API server it started along with it
     return subprocess.Popen([str(exe), "improve", "--config", str(config), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"},
+                            stderr=stderr, text=True, env={**os.environ, "COLUMNS": "200"},
                             start_new_session=True)
 
 
@@ -78,7 +78,8 @@ def _wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 2
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_cycle_killed_during_evaluation_and_during_sft_resumes_without_duplicates(tmp_path) -> None:
+def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resumes_without_duplicates(
+        tmp_path) -> None:
     ws = tmp_path / "ws"
     config = write_tiny_config(ws, eval__n=12, rollout__shard_size=2, rollout__concurrency=2,
                                training__sft__max_steps=40)
@@ -99,11 +100,17 @@ def test_a_cycle_killed_during_evaluation_and_during_sft_resumes_without_duplica
     def training() -> bool:
         return any(p.name.endswith(".partial") and p.name.startswith("sft-") for p in (ws / "models").glob("*"))
 
-    proc = _start(config, "--resume")
+    proc = _start(config, "--resume", stderr=subprocess.PIPE)
     _wait_until(proc, lambda: (ws / "models").exists() and training(), "SFT started")
     time.sleep(1.0)
-    _kill(proc)
-    assert _sql(db, "SELECT step FROM cycles")[0][0] == "dataset"
+    # SIGTERM to the whole group, as a service manager stops a job: Prefect's API server goes down with it
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in out + err, err[-3000:]
+    assert err.splitlines() == [f"error: stopped by SIGTERM: cycle k1 stopped during step 'sft' (5 of 11 steps "
+                                f"done); resume with `campflow improve --resume --config {config}`"], err[-3000:]
+    step, state = _sql(db, "SELECT step, state FROM cycles")[0]
+    assert step == "dataset" and json.loads(state)["error"] == "stopped by SIGTERM"
 
     proc = _start(config, "--resume")
     out, _ = proc.communicate(timeout=400)

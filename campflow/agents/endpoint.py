@@ -80,12 +80,11 @@ class EndpointPolicy(Policy):
     def _make_client(self) -> Any:
         import openai  # deferred: `campflow --help` should not pay for the SDK
 
-        kwargs: dict[str, Any] = {"api_key": self.api_key, "base_url": self.base_url,
-                                  "timeout": self.timeout, "max_retries": self.max_retries,
-                                  "default_headers": {h: openai.omit for h in _PLATFORM_HEADERS}}
-        if self.transport == "aiohttp":
-            kwargs["http_client"] = openai.DefaultAioHttpClient(timeout=self.timeout)
-        return openai.AsyncOpenAI(**kwargs)
+        base = openai.DefaultAioHttpClient if self.transport == "aiohttp" else openai.DefaultAsyncHttpxClient
+        return openai.AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, timeout=self.timeout,
+                                  max_retries=self.max_retries,
+                                  default_headers={h: openai.omit for h in _PLATFORM_HEADERS},
+                                  http_client=_refusals_not_retried(base)(timeout=self.timeout))
 
     async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
         import openai
@@ -137,6 +136,40 @@ def _reply_from_body(body: Any, where: str) -> PolicyReply:
         completion_tokens=usage.get("completion_tokens"),
         finish_reason=choice.get("finish_reason"),
     )
+
+
+def _refusals_not_retried(base: type) -> type:
+    """``base`` (an SDK HTTP client class) turning a refused connection into the SDK's
+    ``APIConnectionError`` at once.
+
+    The SDK retries every connection error with backoff (and the aiohttp transport it ships even
+    reports a refused connection as a connect timeout), so a URL where nothing listens cost every
+    episode all its retries and ended as "timed out after 5 attempts". Nothing listening is not
+    worth waiting for; an ``OpenAIError`` raised by the transport is passed on without a retry.
+    """
+    import openai
+
+    class RefusalsNotRetried(base):  # type: ignore[misc, valid-type]
+        async def send(self, request: Any, **kwargs: Any) -> Any:
+            try:
+                return await super().send(request, **kwargs)
+            except Exception as exc:
+                if _refused(exc):
+                    raise openai.APIConnectionError(message="connection refused (nothing listens there)",
+                                                    request=request) from exc
+                raise
+
+    return RefusalsNotRetried
+
+
+def _refused(exc: BaseException | None) -> bool:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ConnectionRefusedError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def describe_sdk_error(exc: Exception, where: str, timeout: float, max_retries: int) -> str:

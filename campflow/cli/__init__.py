@@ -6,6 +6,7 @@ so ``campflow --help`` and ``campflow sql`` start quickly.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -27,17 +28,30 @@ COMMAND_MODULES = ("evaluate", "store", "bootcamps", "training", "synthesis", "i
 
 
 def main() -> None:
-    """Console entry point: campflow errors become one line on stderr and a non-zero exit."""
+    """Console entry point: campflow errors become one line on stderr and a non-zero exit; Ctrl-C and
+    SIGTERM unwind the command and say in one line where it stopped and how to resume."""
     import importlib
+
+    from campflow import stopping
+    from campflow.cli.common import quiet_after_stop, stop_message
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"campflow.cli.{name}")
 
-    try:
-        app()
-    except CampflowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    stopping.on_stop(quiet_after_stop)
+    with stopping.signals():
+        try:
+            app()
+        except BaseException as exc:
+            signal_name = stopping.received()
+            if signal_name is None and isinstance(exc, KeyboardInterrupt):
+                signal_name = "SIGINT"  # a Ctrl-C that arrived before the handler was installed
+            if signal_name is not None and not (isinstance(exc, SystemExit) and not exc.code):
+                # whatever unwinding raised on the way out (typer's exit 130, a Prefect API server
+                # that the same signal took down) is the stop's doing
+                print(f"error: {stop_message(signal_name)}", file=sys.stderr)
+                sys.exit(128 + signal.Signals[signal_name].value)
+            if isinstance(exc, CampflowError):
+                print(f"error: {exc}", file=sys.stderr)
+                sys.exit(exc.exit_code)
+            raise

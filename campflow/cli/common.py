@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,58 @@ def config_with(path: Path | None, db: Path | None = None, **overrides: Any) -> 
     if db is not None:
         extra["workspace.db"] = db
     return load_config(path, extra)
+
+
+def bootcamp_names(option: str | None) -> list[str] | None:
+    """The names of a ``--bootcamps`` option; None when it was not given (the config's list applies).
+
+    Raises:
+        UnknownBootcampError: the option names no bootcamp (``""``, ``","``): refused, not read as
+            "the defaults".
+    """
+    if option is None:
+        return None
+    names = [s.strip() for s in option.split(",") if s.strip()]
+    if not names:
+        from campflow.errors import UnknownBootcampError
+
+        raise UnknownBootcampError(f"--bootcamps {option!r} names no bootcamp; expected a comma-separated list "
+                                   "such as calculator,maze, or all")
+    return names
+
+
+_describe_stop: list[Callable[[], str]] = []
+
+
+def when_stopped(describe: Callable[[], str]) -> None:
+    """Have a stopped command say where it stopped and how to resume: ``describe()`` is asked after
+    the command has unwound (so it may read the store)."""
+    _describe_stop.append(describe)
+
+
+def stop_message(signal_name: str) -> str:
+    """The one line a command stopped by ``signal_name`` ends with."""
+    for describe in reversed(_describe_stop):
+        try:
+            return f"stopped by {signal_name}: {describe()}"
+        except Exception:  # noqa: BLE001  (the line must come out even if the store cannot say more)
+            continue
+    return f"stopped by {signal_name}"
+
+
+def quiet_after_stop(signal_name: str) -> None:
+    """Once a stop is asked for, the only output is the one line the command ends with: logging is
+    silenced (Prefect reports the crash of every task and flow run at ERROR), and Prefect's API client
+    gives up at the first refused connection, as the same signal may have taken down its ephemeral
+    server (it would otherwise retry for a minute and end in a traceback)."""
+    logging.disable(logging.CRITICAL)
+    for logger in list(logging.root.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger):  # Prefect's internal loggers ignore logging.disable
+            logger.disabled = True
+    if "prefect.settings" in sys.modules:
+        from prefect.settings import get_current_settings
+
+        get_current_settings().client.max_retries = 0
 
 
 def resolve_local_model(cfg: CampflowConfig) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import ConfigOption, DbOption, config_with, console, table, when_stopped
 from campflow.cli.evaluate import quiet_prefect
 
 
@@ -46,7 +46,15 @@ def improve(
 ) -> None:
     """One improvement cycle: evaluate, mine, synthesize, collect, SFT, RL, re-evaluate, promote."""
     cfg = config_with(config, db, **{"improve.model": start})
+    from campflow.storage import cycles
     from campflow.storage.workspace import Workspace
+
+    if cycle_id is not None:
+        from campflow.storage.names import check_cycle_id
+
+        check_cycle_id(cycle_id)  # fail fast, before Prefect starts
+    elif not resume:
+        cycle_id = cycles.new_cycle_id()  # named here, so a stopped cycle can be named
 
     cfg.eval.bootcamps = Workspace.from_config(cfg).names(cfg.eval.bootcamps)
     _quiet()
@@ -54,10 +62,34 @@ def improve(
     from campflow.cli.display import RichReporter
     from campflow.flows.improve import improve as run_improve
 
+    options = "".join(f" {flag} {value}" for flag, value in (("--config", config), ("--db", db)) if value)
+    when_stopped(lambda: cycle_progress(cfg.workspace.db_path, cycle_id, f"campflow improve --resume{options}"))
     with RichReporter(console) as reporter, progress.use(reporter):
         reporter.note("starting Prefect (the first flow on a fresh ephemeral API takes ~10 s)")
         summary = run_improve(cfg, cycle_id, resume)
     print_cycle(summary)
+
+
+def cycle_progress(db_path: Path, cycle_id: str | None, resume: str) -> str:
+    """Where a stopped cycle stands and how to resume it, for the line a stopped command ends with."""
+    from campflow.errors import CampflowError
+    from campflow.flows.improve import STEPS
+    from campflow.storage import cycles
+    from campflow.storage.workspace import Workspace
+
+    cycle = None
+    if db_path.exists():
+        try:
+            store = Workspace(db_path.parent, db=db_path).store
+            cycle = cycles.load(store, cycle_id) if cycle_id else cycles.latest_unfinished(store)
+        except CampflowError:  # stopped before the cycle was recorded
+            pass
+    if cycle is None:
+        return f"no cycle was recorded yet; start again with `{resume.replace(' --resume', '')}`"
+    done = cycle.state.get("done", [])
+    step = next((s for s in STEPS if s not in done), "the end")
+    return (f"cycle {cycle.cycle_id} stopped during step {step!r} ({len(done)} of {len(STEPS)} steps done); "
+            f"resume with `{resume}`")
 
 
 @app.command()

@@ -14,6 +14,7 @@ import typer
 
 from campflow.cli import app
 from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.errors import QueryError
 from campflow.storage.query import run_sql
 
 
@@ -32,7 +33,10 @@ def sql(
     db: Path | None = DbOption,
 ) -> None:
     """Run SQL on the store, read-only. Views: pass_rates, pass_rates_by_level, failure_summary."""
+    if limit < 0:
+        raise QueryError(f"--limit {limit}: expected 0 (all rows) or a positive number of rows")
     cfg = config_with(config, db)
+    # run_sql has fetched the rows and closed the store before anything is printed
     result = run_sql(cfg.workspace.db_path, query, limit=limit or None)
     if fmt is Format.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
@@ -52,6 +56,8 @@ def runs(
     db: Path | None = DbOption,
 ) -> None:
     """List recent runs with their status and headline numbers."""
+    if limit < 1:
+        raise QueryError(f"--limit {limit}: expected a positive number of runs")
     cfg = config_with(config, db)
     result = run_sql(
         cfg.workspace.db_path,

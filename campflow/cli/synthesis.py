@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import ConfigOption, DbOption, bootcamp_names, config_with, console, table
 
 BootcampsOption = typer.Option(None, "--bootcamps", "-b", help="only these bootcamps (comma-separated)")
 
@@ -28,6 +28,12 @@ def _open_workspace(cfg):  # noqa: ANN001, ANN202  (the types are imported lazil
     return ws
 
 
+def _names(ws, bootcamps: str | None) -> list[str] | None:  # noqa: ANN001  (the workspace is imported lazily)
+    """The workspace's names for a ``--bootcamps`` option; None when it was not given."""
+    names = bootcamp_names(bootcamps)
+    return ws.names(names) if names is not None else None
+
+
 @app.command()
 def failures(
     run: str | None = typer.Option(None, "--run", "-r", help="run id (default: the latest run with episodes)"),
@@ -44,7 +50,7 @@ def failures(
     store = ws.store
     run_id = resolve_run(store, run)
     with console.status(f"mining and clustering the failures of {run_id}"):
-        analyze_run(store, run_id, cfg.synthesis, bootcamps=ws.names(bootcamps) if bootcamps else None,
+        analyze_run(store, run_id, cfg.synthesis, bootcamps=_names(ws, bootcamps),
                     refresh=refresh)
     categories, clusters = failure_report(store, run_id)
     if not categories:
@@ -86,7 +92,7 @@ def synthesize(
     from campflow.synthesis.pipeline import synthesize as synthesize_run
 
     ws = _open_workspace(cfg)
-    names = ws.names(bootcamps) if bootcamps else None
+    names = _names(ws, bootcamps)
     store = ws.store
     run_id = resolve_run(store, run)
     synth = build_synthesizer(cfg.synthesis)  # fails fast on a missing --model, before any work

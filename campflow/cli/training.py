@@ -8,8 +8,10 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, resolve_local_model, table
-from campflow.cli.evaluate import quiet_prefect
+from campflow.cli.common import (
+    ConfigOption, DbOption, bootcamp_names, config_with, console, resolve_local_model, table, when_stopped,
+)
+from campflow.cli.evaluate import quiet_prefect, refuse_all_infra_errors, run_progress
 
 train_app = typer.Typer(help="Build the embedded model; fine-tune with SFT; train with RL.", no_args_is_help=True)
 dataset_app = typer.Typer(help="Turn recorded episodes into training datasets.", no_args_is_help=True)
@@ -62,19 +64,27 @@ def collect(
     if split != "train":
         raise typer.BadParameter(f"split {split!r}: teacher data is collected on 'train' only; the eval "
                                  "split is never trained on", param_hint="--split")
-    names = [s.strip() for s in bootcamps.split(",")] if bootcamps else None
+    names = bootcamp_names(bootcamps)
     cfg = config_with(config, db, **{"policy.kind": policy, "policy.model": model, "policy.base_url": base_url,
                                      "policy.temperature": temperature, "training.bootcamps": names,
                                      "training.collect_n": n, "training.collect_samples": samples})
+    from campflow.storage.names import check_run_id
+
+    if run_id is not None:
+        check_run_id(run_id)  # fail fast, before Prefect starts
     resolve_local_model(cfg)
     quiet_prefect()
     from campflow.flows.collect import collect as run_collect
+    from campflow.flows.evaluate import new_run_id
 
+    run_id = run_id or new_run_id("collect")
+    when_stopped(lambda: run_progress(cfg.workspace.db_path, run_id, "collect"))
     reporter, installed = _live()
     with reporter, installed:
         summary = run_collect(cfg, run_id)
     console.print(f"[bold]run[/] {summary.run_id}  [bold]policy[/] {summary.model_id}")
     console.print(table(["bootcamp", "pass_rate"], list(summary.pass_rates.items())))
+    refuse_all_infra_errors(cfg.workspace.db_path, summary.run_id, summary.terminations, "collect")
     console.print(f"next: campflow dataset build --runs {summary.run_id}")
 
 
@@ -147,7 +157,7 @@ def train_base(
     db: Path | None = DbOption,
 ) -> None:
     """Build the embedded tiny model (tokenizer + Qwen3-architecture weights) and register it as ``base``."""
-    names = [s.strip() for s in bootcamps.split(",")] if bootcamps else None
+    names = bootcamp_names(bootcamps)
     cfg = config_with(config, db, **{"training.bootcamps": names})
     quiet_training()
     from campflow.storage.workspace import Workspace
@@ -189,7 +199,7 @@ def train_rl_command(
     db: Path | None = DbOption,
 ) -> None:
     """Reinforcement learning with TRL's GRPOTrainer, each bootcamp an environment."""
-    names = [s.strip() for s in bootcamps.split(",")] if bootcamps else None
+    names = bootcamp_names(bootcamps)
     cfg = config_with(config, db, **{"training.bootcamps": names, "training.rl.max_steps": steps})
     quiet_training()
     from campflow.storage.workspace import Workspace

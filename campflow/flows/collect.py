@@ -11,13 +11,15 @@ import json
 
 from prefect import flow
 
+from campflow import stopping
 from campflow.agents.factory import policy_model_id
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_eval, train_instances
 from campflow.config import CampflowConfig
-from campflow.flows.evaluate import EvalSummary, new_run_id, summarize
+from campflow.flows.evaluate import EvalSummary, fail_run, new_run_id, summarize
 from campflow.flows.rollouts import record_rollouts
 from campflow.flows.runners import task_runner
+from campflow.storage.names import check_run_id
 from campflow.storage.workspace import Workspace
 from campflow.tasks.rollout import shard_items
 
@@ -50,6 +52,7 @@ def recorded_instances(ws: Workspace, instance_ids: list[str]) -> list[Instance]
 
 
 @flow(name="collect", log_prints=False, validate_parameters=False)
+@stopping.unwinding
 def collect_flow(cfg: CampflowConfig, run_id: str | None = None, extra_ids: list[str] | None = None,
                  only_ids: list[str] | None = None, kind: str = "collect") -> EvalSummary:
     """Run ``cfg.policy`` on training instances and record every episode.
@@ -57,7 +60,7 @@ def collect_flow(cfg: CampflowConfig, run_id: str | None = None, extra_ids: list
     By default the instances are :func:`collection_instances`; ``only_ids`` runs exactly those
     recorded train instances instead (e.g. a candidate on the variants synthesized for it).
     """
-    run_id = run_id or new_run_id(kind)
+    run_id = check_run_id(run_id) if run_id is not None else new_run_id(kind)
     ws = Workspace.from_config(cfg)
     store = ws.store
     model_id = policy_model_id(cfg.policy)
@@ -71,10 +74,9 @@ def collect_flow(cfg: CampflowConfig, run_id: str | None = None, extra_ids: list
         items = shard_items(instances, cfg.training.collect_samples, done)
         record_rollouts(store, items, cfg.policy, cfg.rollout, run_id)
         summary = summarize(store, run_id, model_id, ran=len(items), skipped=len(done))
+        store.finish_run(run_id, "completed", summary.as_dict())
     except BaseException as exc:
-        store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
-        raise
-    store.finish_run(run_id, "completed", summary.as_dict())
+        fail_run(store, run_id, exc)
     return summary
 
 

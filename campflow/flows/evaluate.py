@@ -9,14 +9,18 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from prefect import flow
+
+from campflow import stopping
 from campflow.agents.factory import policy_model_id
 from campflow.bootcamps.splits import eval_instances
 from campflow.config import CampflowConfig
+from campflow.errors import StoreBusyError
 from campflow.flows.rollouts import record_rollouts
 from campflow.flows.runners import task_runner
+from campflow.storage.names import check_run_id
 from campflow.storage.store import Store
 from campflow.storage.workspace import Workspace
 from campflow.tasks.rollout import ShardItem, shard_items
@@ -57,9 +61,10 @@ def plan_eval(cfg: CampflowConfig, ws: Workspace, run_id: str) -> tuple[list[Sha
 
 
 @flow(name="evaluate", log_prints=False, validate_parameters=False)
+@stopping.unwinding
 def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "evaluate") -> EvalSummary:
     """Evaluate ``cfg.policy`` on ``cfg.eval`` and write every episode to the store."""
-    run_id = run_id or new_run_id("eval")
+    run_id = check_run_id(run_id) if run_id is not None else new_run_id("eval")
     ws = Workspace.from_config(cfg)
     store = ws.store
     model_id = policy_model_id(cfg.policy)
@@ -68,11 +73,21 @@ def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "e
         items, skipped = plan_eval(cfg, ws, run_id)
         record_rollouts(store, items, cfg.policy, cfg.rollout, run_id)
         summary = summarize(store, run_id, model_id, ran=len(items), skipped=skipped)
+        store.finish_run(run_id, "completed", summary.as_dict())
     except BaseException as exc:
-        store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
-        raise
-    store.finish_run(run_id, "completed", summary.as_dict())
+        fail_run(store, run_id, exc)
     return summary
+
+
+def fail_run(store: Store, run_id: str, exc: BaseException) -> NoReturn:
+    """Mark ``run_id`` failed with ``exc`` as the reason and re-raise it; a store that stayed locked is
+    re-raised saying what became of the run and how to complete it."""
+    marked = store.fail_run(run_id, exc)
+    if isinstance(exc, StoreBusyError):
+        state = "is marked failed" if marked else "could not even be marked failed (it still says running)"
+        raise StoreBusyError(f"{exc}; run {run_id} {state}: the episodes written so far are kept, and rerunning "
+                             "it with the same run id completes only what is missing") from None
+    raise exc
 
 
 def summarize(store: Store, run_id: str, model_id: str, ran: int, skipped: int) -> EvalSummary:

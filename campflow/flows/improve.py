@@ -18,7 +18,7 @@ from pathlib import Path
 
 from prefect import flow
 
-from campflow import progress
+from campflow import progress, stopping
 from campflow.config import CampflowConfig, as_config
 from campflow.errors import CampflowError
 from campflow.flows.collect import collect_flow
@@ -68,6 +68,7 @@ def _metric(store: Store, run_id: str, metric: str) -> float:
 
 
 @flow(name="improve", log_prints=False, validate_parameters=False)
+@stopping.unwinding
 def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False) -> CycleSummary:
     """Run (or resume) one improvement cycle. ``cfg`` may also be a dict or a YAML path (a deployment's parameters)."""
     cfg = as_config(cfg)
@@ -159,7 +160,8 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
             done("promote", promoted=promoted)
         cycles.finish(store, cycle)
     except BaseException as exc:
-        cycles.fail(store, cycle, f"{type(exc).__name__}: {exc}")
+        signal_name = stopping.received()
+        cycles.fail(store, cycle, f"stopped by {signal_name}" if signal_name else f"{type(exc).__name__}: {exc}")
         raise
     reporter.finish("cycle")
     facts = cycle_facts(store, cycle.cycle_id)

@@ -12,8 +12,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from campflow.errors import CampflowError
+from campflow.errors import CampflowError, StoreError
 from campflow.serialization import to_json
+from campflow.storage.names import check_cycle_id
 from campflow.storage.store import Store, now
 
 
@@ -35,7 +36,7 @@ def new_cycle_id() -> str:
 
 def start(store: Store, cycle_id: str | None = None) -> Cycle:
     """Record a new running cycle."""
-    cycle = Cycle(cycle_id or new_cycle_id(), "running")
+    cycle = Cycle(check_cycle_id(cycle_id) if cycle_id is not None else new_cycle_id(), "running")
     with store.connection() as con:
         if con.execute("SELECT 1 FROM cycles WHERE cycle_id = ?", [cycle.cycle_id]).fetchone():
             raise CampflowError(f"cycle {cycle.cycle_id!r} already exists; resume it with --resume")
@@ -85,12 +86,17 @@ def finish(store: Store, cycle: Cycle) -> None:
                     [now(), to_json(cycle.state), cycle.cycle_id])
 
 
-def fail(store: Store, cycle: Cycle, error: str) -> None:
-    """Mark a cycle failed (it can still be resumed)."""
+def fail(store: Store, cycle: Cycle, error: str) -> bool:
+    """Mark a cycle failed (it can still be resumed); False if even that write could not get the store.
+    Never raises a store error of its own, so the caller's exception is the one that propagates."""
     cycle.status = "failed"
-    with store.connection() as con:
-        con.execute("UPDATE cycles SET status = 'failed', state = ? WHERE cycle_id = ?",
-                    [to_json({**cycle.state, "error": error}), cycle.cycle_id])
+    try:
+        with store.connection() as con:
+            con.execute("UPDATE cycles SET status = 'failed', state = ? WHERE cycle_id = ?",
+                        [to_json({**cycle.state, "error": error}), cycle.cycle_id])
+    except StoreError:
+        return False
+    return True
 
 
 def promoted_model(store: Store) -> str | None:

@@ -2,12 +2,15 @@
 
 DuckDB lets one process hold a file for writing and locks every other process out, readers too.
 So the writer opens the file for each batch and closes it again, never holding it across a rollout
-or a training step, and both sides retry briefly when they meet the other's lock.
+or a training step, and both sides retry with backoff when they meet the other's lock: a reader
+briefly, a writer for ``workspace.lock_wait_s``, saying which process (a reader, another writer) it
+waits for. A run whose write finally fails is marked failed with that reason (:meth:`Store.fail_run`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -17,10 +20,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from campflow import progress, stopping
 from campflow.bootcamps.base import Instance
+from campflow.config import WorkspaceConfig
 from campflow.errors import QueryError, StoreBusyError, StoreError
 from campflow.rollout.episode import RETRYABLE, Episode
 from campflow.serialization import to_json
+from campflow.storage.names import check_run_id
 from campflow.storage.schema import migrate
 
 DEFAULT_PATH = Path("campflow-data") / "campflow.duckdb"
@@ -31,22 +37,49 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in text and ("conflicting" in text or "could not set" in text)
 
 
-def connect(path: Path, *, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
-    """Open ``path``, retrying with backoff while another process holds its lock."""
-    deadline = time.monotonic() + wait_s
+def _holder(path: Path, exc: Exception, *, read_only: bool) -> str:
+    """Who holds the lock, in words: a reader or a writer, and the process DuckDB names."""
+    found = re.search(r"held in (.+?) \(PID (\d+)\)", str(exc))
+    process = f"PID {found.group(2)}, {found.group(1)}" if found else "another process"
+    if read_only:  # readers share the file, so only a writer keeps a reader out
+        return f"a write is in progress ({process})"
+    try:  # a writer is kept out by readers too; if we may join as a reader, readers are all it is
+        duckdb.connect(str(path), read_only=True).close()
+    except duckdb.Error:
+        return f"another process is writing it ({process})"
+    return (f"a reader holds the file ({process}: `campflow sql` or a DuckDB client; `campflow sql` lets go "
+            "as soon as its query is read)")
+
+
+def connect(path: Path, *, read_only: bool, wait_s: float,
+            config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+    """Open ``path``, retrying with backoff while another process holds its lock.
+
+    A writer that has waited a second says once, through the progress reporter, who it is waiting
+    for; when ``wait_s`` is spent it raises, naming the holder.
+
+    Raises:
+        StoreBusyError: the lock was still held after ``wait_s`` seconds.
+        StoreError: the file cannot be opened for another reason.
+    """
+    start = time.monotonic()
     delay = 0.05
+    noted = False
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return duckdb.connect(str(path), read_only=read_only, config=config or {})
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
-                raise StoreError(f"cannot open the store at {path}: {exc}") from None
-            if time.monotonic() >= deadline:
-                raise StoreBusyError(
-                    f"the store at {path} is locked by another process (a write is in progress); "
-                    f"gave up after {wait_s:g}s"
-                ) from None
-            time.sleep(delay)
+                raise StoreError(f"cannot open the store at {path}: {one_line(exc)}") from None
+            waited = time.monotonic() - start
+            if waited >= wait_s:
+                verb = "reading" if read_only else "writing"
+                raise StoreBusyError(f"the store at {path} is locked: {_holder(path, exc, read_only=read_only)}; "
+                                     f"gave up {verb} after {wait_s:g}s") from None
+            if not read_only and not noted and waited >= 1.0:
+                noted = True
+                progress.current().note(f"waiting to write the store: {_holder(path, exc, read_only=False)}")
+            time.sleep(min(delay, max(wait_s - waited, 0.0)))
             delay = min(delay * 2, 0.5)
 
 
@@ -64,6 +97,11 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.connection() as con:
             migrate(con)
+
+    @classmethod
+    def of_workspace(cls, workspace: WorkspaceConfig) -> Store:
+        """The store a workspace config names, waiting as long for the lock as it says."""
+        return cls(workspace.db_path, lock_wait_s=workspace.lock_wait_s)
 
     @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -126,7 +164,12 @@ class Store:
     # -- runs ------------------------------------------------------------------------------------
 
     def start_run(self, run_id: str, kind: str, config: Mapping[str, Any], model_id: str | None) -> bool:
-        """Record a run as running; True if it is new, False if an earlier run with this id resumes."""
+        """Record a run as running; True if it is new, False if an earlier run with this id resumes.
+
+        Raises:
+            ConfigError: ``run_id`` is not a valid id (:mod:`campflow.storage.names`).
+        """
+        check_run_id(run_id)
         with self.connection() as con:
             existing = con.execute("SELECT kind FROM runs WHERE run_id = ?", [run_id]).fetchone()
             if existing is not None:
@@ -143,6 +186,19 @@ class Store:
         with self.connection() as con:
             con.execute("UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE run_id = ?",
                         [status, now(), to_json(summary or {}), run_id])
+
+    def fail_run(self, run_id: str, exc: BaseException) -> bool:
+        """Mark a run failed with ``exc`` as the reason; False if even that write could not get the file
+        (the run then stays ``running`` until it is rerun). Never raises a store error of its own, so
+        the caller's exception is the one that propagates."""
+        signal_name = stopping.received()
+        reason = f"stopped by {signal_name}" if signal_name else f"{type(exc).__name__}: {exc}"
+        progress.current().note(f"run {run_id} failed: {reason}")
+        try:
+            self.finish_run(run_id, "failed", {"error": reason})
+        except StoreError:
+            return False
+        return True
 
     # -- instances -------------------------------------------------------------------------------
 

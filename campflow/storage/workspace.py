@@ -47,11 +47,13 @@ class Workspace:
     Args:
         path: the workspace folder (store, datasets, checkpoints, reports).
         db: the store's file, if not ``<path>/campflow.duckdb``.
+        lock_wait_s: how long a write waits for a reader or another writer to let go of the file.
     """
 
-    def __init__(self, path: str | Path, *, db: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path, *, db: str | Path | None = None, lock_wait_s: float = 60.0) -> None:
         self.path = Path(path)
         self.db_path = Path(db) if db is not None else self.path / DB_NAME
+        self.lock_wait_s = lock_wait_s
         self._store: Store | None = None
         self._loaded = False
         self._install()
@@ -59,7 +61,7 @@ class Workspace:
     @classmethod
     def from_config(cls, cfg: CampflowConfig) -> Workspace:
         """The workspace ``cfg.workspace`` describes."""
-        return cls(cfg.workspace.path, db=cfg.workspace.db_path)
+        return cls(cfg.workspace.path, db=cfg.workspace.db_path, lock_wait_s=cfg.workspace.lock_wait_s)
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.path)!r}, db={str(self.db_path)!r})"
@@ -70,7 +72,7 @@ class Workspace:
         if self._store is None:
             from campflow.storage.store import Store  # DuckDB is imported only when a store is used
 
-            self._store = Store(self.db_path)
+            self._store = Store(self.db_path, lock_wait_s=self.lock_wait_s)
         return self._store
 
     def bootcamp(self, name: str) -> Bootcamp:

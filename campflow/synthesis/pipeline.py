@@ -153,7 +153,7 @@ def synthesize(
         result = validate_proposals(store, proposals, settings, policy)
         record_verdicts(store, result.verdicts, run_id)
     except BaseException as exc:
-        store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        store.fail_run(run_id, exc)
         raise
     summary.clusters, summary.proposed = len(contexts), len(proposals)
     summary.already_recorded, summary.repeated = result.already_recorded, result.repeated

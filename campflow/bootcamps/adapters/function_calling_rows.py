@@ -15,7 +15,8 @@ makes. In a JSONL file (one row per line) or a Hugging Face dataset saved with
 Tools may also be bare ``{"name", "description", "parameters"}`` objects, and expected calls may be
 OpenAI ``tool_calls`` entries (``{"function": {"name", "arguments": "<json>"}}``). ``order_sensitive``
 defaults to false. Every row is checked when the source is loaded; the first bad one is reported
-with its line (or row) number and what is wrong, as one ImportSourceError.
+with its line (or row) number and what is wrong, as one ImportSourceError. A file must be UTF-8, and
+a row may nest at most 64 levels deep (:data:`MAX_DEPTH`).
 
 Argument models: each tool's JSON schema becomes a pydantic model with one field per property
 (``string`` -> str, ``integer`` -> int, ``number`` -> float, ``boolean`` -> bool, ``array`` ->
@@ -42,6 +43,9 @@ from campflow.bootcamps.base import ToolArgs, format_validation_error
 from campflow.errors import ImportSourceError
 
 REQUIRED = ("messages", "tools", "expected_calls")
+# How deep a row's JSON may nest: real rows nest a handful of levels, and the readers downstream
+# (pydantic's serializer, orjson for transcripts) stop at a few hundred.
+MAX_DEPTH = 64
 _TYPES: dict[str, Any] = {
     "string": str, "str": str, "integer": int, "int": int, "number": float, "float": float,
     "boolean": bool, "bool": bool, "object": dict[str, Any], "dict": dict[str, Any],
@@ -91,15 +95,30 @@ def load_rows(source: str, split: str | None = None) -> tuple[list[Row], str]:
 
 
 def _jsonl_rows(path: Path, data: bytes) -> list[tuple[int, Any]]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ImportSourceError(f"{path}, line {line}: not UTF-8 text (byte {data[exc.start:exc.start + 1]!r}); "
+                                "expected JSON lines in UTF-8") from None
     out = []
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            out.append((number, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise ImportSourceError(f"{path}, line {number}: not valid JSON ({exc.msg})") from None
+        out.append((number, _parse_json(line, f"{path}, line {number}: not valid JSON")))
     return out
+
+
+def _parse_json(text: str, what: str) -> Any:
+    """``json.loads``, with every way it refuses text as one ImportSourceError starting with ``what``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImportSourceError(f"{what} ({exc.msg})") from None
+    except RecursionError:
+        raise ImportSourceError(f"{what} (nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer past Python's 4,300-digit conversion limit
+        raise ImportSourceError(f"{what} ({str(exc).split(';')[0]})") from None
 
 
 def _dataset_rows(path: Path, split: str | None) -> tuple[list[tuple[int, Any]], str, str]:
@@ -126,7 +145,8 @@ def check_row(obj: Any, number: int, where: str, path: Path) -> Row:
     for key in REQUIRED:
         if obj.get(key) is None:
             raise ImportSourceError(f"{at}: missing field {key!r} (each row needs {', '.join(REQUIRED)})")
-    messages, tools, calls = (_json_field(obj[k], k, at) for k in REQUIRED)
+    _check_depth(obj, at)
+    messages, tools, calls = (_check_depth(_json_field(obj[k], k, at), at) for k in REQUIRED)
     if not (isinstance(messages, list) and messages and all(isinstance(m, dict) and "role" in m for m in messages)):
         raise ImportSourceError(f"{at}: 'messages' must be a non-empty list of {{role, content}} messages")
     if not (isinstance(tools, list) and tools):
@@ -142,12 +162,23 @@ def check_row(obj: Any, number: int, where: str, path: Path) -> Row:
                bool(obj.get("order_sensitive", False)))
 
 
+def _check_depth(value: Any, at: str) -> Any:
+    """``value`` if its lists and objects nest at most :data:`MAX_DEPTH` levels (counted without
+    recursion: the point is refusing what would overflow a recursive reader later)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_DEPTH:
+                raise ImportSourceError(f"{at}: nested more than {MAX_DEPTH} levels deep; rows, schemas and "
+                                        "arguments may nest at most that far")
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return value
+
+
 def _json_field(value: Any, key: str, at: str) -> Any:
     if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ImportSourceError(f"{at}: field {key!r} is text but not JSON ({exc.msg})") from None
+        return _parse_json(value, f"{at}: field {key!r} is text but not JSON")
     return value
 
 
@@ -159,6 +190,12 @@ def _tool_spec(tool: Any, at: str) -> dict[str, Any]:
     parameters = fn.get("parameters") or {"type": "object", "properties": {}}
     if not isinstance(parameters, dict):
         raise ImportSourceError(f"{at}: tool {fn['name']!r} has parameters that are not a JSON schema object")
+    properties, required = parameters.get("properties") or {}, parameters.get("required") or []
+    if not isinstance(properties, dict):
+        raise ImportSourceError(f"{at}: tool {fn['name']!r} has 'properties' that are a {type(properties).__name__}; "
+                                "expected an object mapping each parameter name to its schema")
+    if not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
+        raise ImportSourceError(f"{at}: tool {fn['name']!r} has 'required' that is not a list of parameter names")
     spec = {"name": fn["name"], "description": str(fn.get("description") or ""), "parameters": parameters}
     try:
         args_model(spec)
@@ -174,7 +211,7 @@ def _expected_call(call: Any, tools: dict[str, dict[str, Any]], at: str) -> dict
     name = fn["name"]
     if name not in tools:
         raise ImportSourceError(f"{at}: expected call {name!r} names no tool of the row; tools: {', '.join(tools)}")
-    arguments = _json_field(fn.get("arguments") or {}, "arguments", at)
+    arguments = _check_depth(_json_field(fn.get("arguments") or {}, "arguments", at), at)
     try:
         normalized = normalize(args_model(tools[name]), arguments)
     except ValidationError as exc:
