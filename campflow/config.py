@@ -53,7 +53,8 @@ class NoiseConfig(Section):
 class PolicyConfig(Section):
     """The agent under evaluation."""
 
-    kind: Literal["oracle", "noisy", "openai", "local"] = Field("oracle", description="which policy")
+    kind: Literal["oracle", "demonstrator", "noisy", "openai", "local"] = Field(
+        "oracle", description="which policy (demonstrator: the grounded teacher; oracle: privileged)")
     model: str | None = Field(None, description="endpoint model name, or a local model path (kind=local)")
     base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the API key, if any")

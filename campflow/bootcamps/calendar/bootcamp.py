@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from campflow.bootcamps.calendar.schedule import (
     Event, apply_step, check, conflicts, describe, fmt, free_starts, generate_world, next_step,
     outside_hours,
 )
+from campflow.bootcamps.demonstration import exchanges
 from campflow.bootcamps.messages import clip
 from campflow.errors import ToolError
 
@@ -195,6 +197,27 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
         step = next_step(instance.data, state.events)
         return Action(*step) if step is not None else Action("done", {})
 
+    def demonstrate(self, instance: Instance, state: CalendarState, transcript: Sequence[Mapping[str, Any]]) -> Action:
+        """No event id is in the prompt: list the calendar first and again after each change before
+        moving or cancelling, and ask `find_free_slots` before booking a meeting whose time is not
+        given; then act as the oracle does, on ids and times those results showed."""
+        since = []  # the observations made since the calendar last changed
+        for name, args, result in exchanges(transcript):
+            if name in _CHANGES and not result.startswith("Error"):
+                since = []
+            elif name in ("list_events", "find_free_slots"):
+                since.append((name, args))
+        action = self.oracle(instance, state)
+        a = action.arguments
+        if action.name == "create_event" and not any(r.get("start") for r in instance.data["requests"]
+                                                      if r["kind"] == "create" and _same_title(r, a["title"])):
+            slots = {"attendees": list(a["attendees"]), "day": a["day"], "duration": a["duration"]}
+            if ("find_free_slots", slots) not in since:
+                return Action("find_free_slots", slots)
+        elif action.name != "done" and not any(n == "list_events" for n, _ in since):
+            return Action("list_events", {})
+        return action
+
     def perturb(self, instance: Instance, state: CalendarState, action: Action, rng: random.Random) -> Action:
         a = dict(action.arguments)
         if action.name == "create_event":
@@ -218,6 +241,13 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
         person, day = rng.choice(sorted(instance.data["people"])), rng.choice(instance.data["days"])
         return Action("create_event", {"title": "Coffee chat", "attendees": [person], "day": day,
                                        "start": "12:00", "duration": 30})
+
+
+_CHANGES = ("create_event", "move_event", "cancel_event")
+
+
+def _same_title(request: dict[str, Any], title: str) -> bool:
+    return " ".join(request["title"].lower().split()) == " ".join(title.lower().split())
 
 
 def _day(instance: Instance, raw: str) -> str:
