@@ -107,7 +107,8 @@ def maze_moves_follow_the_seen_map(instance: Any, transcript: Sequence[Mapping[s
             before = _optimistic_distance(p.width, p.height, walls, here, goal)
             after = _optimistic_distance(p.width, p.height, walls, nxt, goal)
             if seen.get(nxt) != "." or after != before - 1:
-                problems.append(f"move {args['direction']} from {here} (seen: {seen.get(nxt)}, route {before} -> {after})")
+                problems.append(f"move {args['direction']} from {here} "
+                                f"(seen: {seen.get(nxt)}, route {before} -> {after})")
             if seen.get(nxt) == ".":
                 here = nxt
     return problems
@@ -195,3 +196,12 @@ def test_checker_reads_numbers_by_value_and_catches_an_invented_id() -> None:
                       {"id": "c1", "type": "function", "function": {"name": "cancel_event",
                                                                     "arguments": '{"event_id": "e5"}'}}]}]
     assert ungrounded(transcript) == ["turn 1 cancel_event(event_id): 'e5'"]
+
+
+def test_bootcamps_sample_shows_the_demonstration_listing_before_it_cancels(tmp_path) -> None:
+    from tests.conftest import run_cli
+
+    out = run_cli("bootcamps", "sample", "calendar", "--level", "2", "--seed", "0", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "demonstration: solved" in out.stdout
+    assert out.stdout.index("-> list_events(") < out.stdout.index("-> cancel_event(")
