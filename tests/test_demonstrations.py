@@ -28,7 +28,7 @@ from campflow.bootcamps.demonstration import (
 from campflow.bootcamps.maze.bootcamp import STEPS, WALL, observed_cells
 from campflow.rollout.engine import EpisodeSpec, run_episode
 
-SEEDS = range(4)
+SEEDS = range(8)
 DIRECTIONS = frozenset(STEPS)
 SQL_WORDS = frozenset(
     "select distinct from where and or not in is null like between join inner left on as group by having "
@@ -45,8 +45,8 @@ EXEMPT: dict[str, Exemptions] = {
     # pixels are not names: a click is checked against the boxes the screen showed (click_hits_a_box)
     "gui": Exemptions(fields=frozenset({("click", "x"), ("click", "y")})),
     "maze": Exemptions(),
-    # the first page of results is the tool's own default; later pages are grounded by "Page 1 of N"
-    "shop": Exemptions(syntax={"search": frozenset({"1"})}),
+    # a page number walks through the pages the tool reported ("Page 1 of N"); the tool refuses others
+    "shop": Exemptions(fields=frozenset({("search", "page")})),
     # SQL's own words, the aliases a query makes up (FROM orders o) and its LIMIT
     "sql": Exemptions(syntax={"query": SQL_WORDS}, defines={"query": (
         re.compile(r"\b(?:FROM|JOIN)\s+\w+\s+(?:AS\s+)?(\w+)", re.I), re.compile(r"\bLIMIT\s+(\d+)", re.I))}),

@@ -86,9 +86,16 @@ def _norm(token: str) -> str:
     return token.lower()
 
 
+_RANGE = re.compile(r"\b(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})\b")
+
+
 def tokens(text: str) -> set[str]:
-    """The normalized tokens of ``text``: times as H:MM, numbers as their shortest form, words lower-cased."""
-    out = set()
+    """The normalized tokens of ``text``: times as H:MM, numbers as their shortest form, words lower-cased.
+
+    A time range (``09:00-10:30``) also shows its length in minutes (``90``): an event listed so
+    shows how long it is.
+    """
+    out = {str((int(c) - int(a)) * 60 + int(d) - int(b)) for a, b, c, d in _RANGE.findall(text)}
     for t in _TOKEN.findall(text):
         out.add(_norm(t))
         if t[0] == "-" and len(t) > 1:

@@ -200,22 +200,37 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
     def demonstrate(self, instance: Instance, state: CalendarState, transcript: Sequence[Mapping[str, Any]]) -> Action:
         """No event id is in the prompt: list the calendar first and again after each change before
         moving or cancelling, and ask `find_free_slots` before booking a meeting whose time is not
-        given; then act as the oracle does, on ids and times those results showed."""
-        since = []  # the observations made since the calendar last changed
+        given and before moving an event (its length is the one listed); then act as the oracle
+        does, on ids and times those results showed. A move goes to the oracle's start if the slots
+        shown hold it, else to the first start shown that keeps clear of the fixed-time meetings the
+        prompt asks for."""
+        since: list[tuple[str, dict[str, Any], str]] = []  # observations since the calendar last changed
         for name, args, result in exchanges(transcript):
             if name in _CHANGES and not result.startswith("Error"):
                 since = []
             elif name in ("list_events", "find_free_slots"):
-                since.append((name, args))
+                since.append((name, args, result))
         action = self.oracle(instance, state)
         a = action.arguments
-        if action.name == "create_event" and not any(r.get("start") for r in instance.data["requests"]
-                                                      if r["kind"] == "create" and _same_title(r, a["title"])):
-            slots = {"attendees": list(a["attendees"]), "day": a["day"], "duration": a["duration"]}
-            if ("find_free_slots", slots) not in since:
-                return Action("find_free_slots", slots)
-        elif action.name != "done" and not any(n == "list_events" for n, _ in since):
+        if action.name != "done" and not any(n == "list_events" for n, _, _ in since):
             return Action("list_events", {})
+        fixed = [r for r in instance.data["requests"] if r["kind"] == "create" and r.get("start") is not None]
+        if action.name == "create_event" and not any(_same_title(r, a["title"]) for r in fixed):
+            slots = {"attendees": list(a["attendees"]), "day": a["day"], "duration": a["duration"]}
+            if not any((n, q) == ("find_free_slots", slots) for n, q, _ in since):
+                return Action("find_free_slots", slots)
+        if action.name == "move_event":
+            e = state.events[a["event_id"]]
+            length = e["end"] - e["start"]
+            slots = {"attendees": list(e["attendees"]), "day": a["day"], "duration": length}
+            shown = [r for n, q, r in since if (n, q) == ("find_free_slots", slots)]
+            if not shown:
+                return Action("find_free_slots", slots)
+            starts = [_time(t) for t in re.findall(r"\d{2}:\d{2}", shown[-1].split(": ", 1)[-1])]
+            clear = [s for s in starts if not any(r["days"][0] == a["day"] and s < r["start"] + r["duration"]
+                                                  and r["start"] < s + length for r in fixed)]
+            if _time(a["start"]) not in starts and clear:
+                return Action("move_event", {**a, "start": fmt(clear[0])})
         return action
 
     def perturb(self, instance: Instance, state: CalendarState, action: Action, rng: random.Random) -> Action:
