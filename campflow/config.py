@@ -55,7 +55,8 @@ class NoiseConfig(Section):
 class PolicyConfig(Section):
     """The agent under evaluation."""
 
-    kind: Literal["oracle", "noisy", "openai", "local"] = Field("oracle", description="which policy")
+    kind: Literal["oracle", "demonstrator", "noisy", "openai", "local"] = Field(
+        "oracle", description="which policy (demonstrator: the grounded teacher; oracle: privileged)")
     model: str | None = Field(None, description="endpoint model name, or a local model path (kind=local)")
     base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the API key, if any")
@@ -111,7 +112,8 @@ class TinyModelConfig(Section):
     heads: int = Field(6, ge=1, le=64, description="attention heads (hidden_size must divide evenly)")
     kv_heads: int = Field(2, ge=1, le=64, description="key/value heads (grouped-query attention)")
     max_positions: int = Field(2048, ge=128, le=131_072, description="longest sequence, in tokens")
-    corpus_per_level: int = Field(60, ge=1, le=100_000, description="oracle episodes per level for the tokenizer")
+    corpus_per_level: int = Field(60, ge=1, le=100_000,
+                                  description="demonstration episodes per level for the tokenizer")
     chat_template: Literal["qwen2.5", "qwen3"] = Field("qwen2.5", description="TRL's template the model speaks: "
                                                        "qwen2.5 (all turns alike) or qwen3 (thinking: <think> blocks)")
 

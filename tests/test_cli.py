@@ -87,4 +87,4 @@ def test_bootcamps_list_show_and_sample(tmp_path) -> None:
     shown = run_cli("bootcamps", "show", "maze", cwd=tmp_path)
     assert shown.returncode == 0 and "view_radius" in shown.stdout and "submit" in shown.stdout
     sample = run_cli("bootcamps", "sample", "calculator", "--seed", "3", "--level", "2", cwd=tmp_path)
-    assert sample.returncode == 0 and "oracle: solved" in sample.stdout and "calculate" in sample.stdout
+    assert sample.returncode == 0 and "demonstration: solved" in sample.stdout and "calculate" in sample.stdout

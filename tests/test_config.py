@@ -44,7 +44,7 @@ def test_the_example_configs_validate(name: str) -> None:
 
 @pytest.mark.parametrize(("yaml_text", "message"), [
     ("rollout:\n  concurrency: 0\n", "rollout.concurrency = 0: Input should be greater than or equal to 1"),
-    ("policy:\n  kind: gpt5\n", "policy.kind = 'gpt5': Input should be 'oracle', 'noisy', 'openai' or 'local'"),
+    ("policy:\n  kind: gpt5\n", "policy.kind = 'gpt5': Input should be 'oracle', 'demonstrator', 'noisy', 'openai' or 'local'"),
     ("policy:\n  temprature: 0.3\n", "policy.temprature is not a known setting"),
     ("eval:\n  n: lots\n", "eval.n = 'lots': Input should be a valid integer"),
     ("- just\n- a list\n", "expected a mapping of sections"),

@@ -13,6 +13,10 @@ def build_policy(cfg: PolicyConfig) -> Policy:
         from campflow.agents.oracle import OraclePolicy
 
         return OraclePolicy()
+    if cfg.kind == "demonstrator":
+        from campflow.agents.oracle import DemonstratorPolicy
+
+        return DemonstratorPolicy()
     if cfg.kind == "noisy":
         from campflow.agents.oracle import NoisyOraclePolicy
 
@@ -37,7 +41,7 @@ def build_policy(cfg: PolicyConfig) -> Policy:
 
 def policy_model_id(cfg: PolicyConfig) -> str:
     """The model id a policy built from ``cfg`` records, without building it."""
-    if cfg.kind in ("oracle", "noisy"):
+    if cfg.kind in ("oracle", "demonstrator", "noisy"):
         return build_policy(cfg).model_id
     if cfg.kind == "local":
         from campflow.agents.local import stamped_model_id

@@ -1,4 +1,5 @@
-"""The oracle (teacher) policy and a seeded noisy oracle that fails on purpose."""
+"""The oracle policy (privileged, for validation), the grounded demonstrator (the teacher) and a seeded
+noisy oracle that fails on purpose."""
 
 from __future__ import annotations
 
@@ -26,6 +27,19 @@ class OraclePolicy(Policy):
 
     async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
         action = context.bootcamp.oracle(context.instance, context.state)
+        return PolicyReply(tool_calls=[native_call(action, f"call_{context.turn}_0")])
+
+
+class DemonstratorPolicy(Policy):
+    """Plays each bootcamp's grounded demonstrator (:meth:`~campflow.bootcamps.base.Bootcamp.demonstrate`):
+    it observes before it acts and passes only what the conversation has shown, so its transcripts
+    are fit to imitate. The teacher of SFT data and of ``campflow bootcamps sample``."""
+
+    model_id = "demonstrator"
+    suspends = False
+
+    async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
+        action = context.bootcamp.demonstrate(context.instance, context.state, messages)
         return PolicyReply(tool_calls=[native_call(action, f"call_{context.turn}_0")])
 
 

@@ -10,7 +10,8 @@ in four small layers, each testable on its own, plus an oracle:
    :meth:`~Bootcamp.feedback`: the turn budget and what the environment says between turns.
 4. **Reward** -- :meth:`~Bootcamp.score`: reward in [0, 1], success, and a failure ``reason``.
 5. **Oracle** -- :meth:`~Bootcamp.oracle`, the next correct action from any live state: it proves
-   instances solvable, teaches SFT and makes tests exact. :meth:`~Bootcamp.wrong_answer` and
+   instances solvable and makes tests exact. :meth:`~Bootcamp.demonstrate` is its grounded twin that
+   teaches SFT: it observes first and acts only on what the transcript shows. :meth:`~Bootcamp.wrong_answer` and
    :meth:`~Bootcamp.perturb` let test and demo policies fail on purpose.
 
 The values they pass (defined in :mod:`campflow.bootcamps.values`, imported from here):
@@ -426,6 +427,25 @@ class Bootcamp(Generic[P, S]):
             and success within :meth:`max_turns` (the contract checks it at every level).
         """
         raise NotImplementedError(f"{type(self).__name__} must implement oracle()")
+
+    def demonstrate(self, instance: Instance[P], state: S, transcript: Sequence[Mapping[str, Any]]) -> Action:
+        """The next action of a *grounded* solution: what a teacher shows a model to imitate.
+
+        Unlike :meth:`oracle` (which proves instances solvable and may act on hidden state), a
+        demonstration first calls the observing tools an agent needs (list, look, search, describe)
+        and passes as arguments only ids, paths, names and numbers that the prompt or an earlier tool
+        result in ``transcript`` shows (:func:`campflow.bootcamps.demonstration.ungrounded` checks
+        it). It may read ``state`` only for what those observations already told the agent.
+
+        Args:
+            transcript: the episode's messages so far (OpenAI format, prompt first).
+
+        Returns:
+            The :class:`Action` to play next; played turn after turn it must solve the instance within
+            :meth:`max_turns`. Default: the oracle, right for bootcamps whose prompt shows everything
+            the oracle reads (say so in the bootcamp when relying on it).
+        """
+        return self.oracle(instance, state)
 
     def wrong_answer(self, instance: Instance[P], state: S, rng: random.Random) -> Action | None:
         """The next action of a wrong ending from ``state`` (test policies, the noisy oracle, the contract).

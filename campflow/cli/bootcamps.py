@@ -69,8 +69,8 @@ def sample_command(
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
-    """Show one instance: its prompt, its tools and the oracle's transcript."""
-    from campflow.agents.oracle import OraclePolicy
+    """Show one instance: its prompt, its tools and a grounded demonstration (the teacher's transcript)."""
+    from campflow.agents.oracle import DemonstratorPolicy
     from campflow.rollout.engine import EpisodeSpec, run_episode
     from campflow.storage.workspace import Workspace
 
@@ -81,13 +81,13 @@ def sample_command(
         fn = schema["function"]
         console.print(f"[cyan]tool[/] {escape(fn['name'])}: {escape(fn['description'])}  "
                       f"[dim]{escape(json.dumps(fn['parameters'].get('properties', {})))}[/]", soft_wrap=True)
-    episode = asyncio.run(run_episode(EpisodeSpec(bootcamp, instance), OraclePolicy()))
+    episode = asyncio.run(run_episode(EpisodeSpec(bootcamp, instance), DemonstratorPolicy()))
     first_image = None
     for msg in episode.transcript:
         text, image = _render(msg)
         first_image = first_image or image
         console.print(Panel(escape(text or ""), title=msg["role"], title_align="left"))
-    console.print(f"oracle: {episode.termination}, reward {episode.reward}, {episode.turns} turn(s)")
+    console.print(f"demonstration: {episode.termination}, reward {episode.reward}, {episode.turns} turn(s)")
     if out is not None:
         if first_image is None:
             raise typer.BadParameter(f"{name} produced no image to write (is it a text bootcamp?)", param_hint="--out")

@@ -48,7 +48,8 @@ def _live():
 
 @app.command()
 def collect(
-    policy: str | None = typer.Option("oracle", "--policy", "-p", help="oracle | noisy | openai | local"),
+    policy: str | None = typer.Option("demonstrator", "--policy", "-p",
+                                      help="demonstrator (the grounded teacher) | oracle | noisy | openai | local"),
     split: str = typer.Option("train", "--split", help="only 'train': teacher data never comes from eval"),
     model: str | None = typer.Option(None, "--model", "-m", help="endpoint model, or local path / checkpoint id"),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL"),

@@ -1,7 +1,8 @@
 """The ``collect`` flow: teacher (or self-sampled) episodes on train-split instances.
 
-The oracle is the offline teacher; a local or endpoint model with ``samples`` > 1 and a temperature
-gives best-of-k self-sampling, of which the dataset filter keeps only the samples that pass. The eval
+The grounded demonstrator (policy kind ``demonstrator``: it observes before it acts, see
+:meth:`~campflow.bootcamps.base.Bootcamp.demonstrate`) is the offline teacher; a local or endpoint
+model with ``samples`` > 1 and a temperature gives best-of-k self-sampling, of which the dataset filter keeps only the samples that pass. The eval
 split is never touched: instances come from the training seed range, plus synthesized variants.
 """
 

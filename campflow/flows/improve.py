@@ -122,7 +122,7 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
             done("synthesize", synthesis_run=summary["run_id"], variant_ids=variant_ids,
                  accepted=summary["accepted"])
         if pending("collect"):
-            teacher = _policy_for(cfg, model.path, kind="oracle")
+            teacher = _policy_for(cfg, model.path, kind="demonstrator")  # grounded, fit to imitate
             collect_flow.with_options(task_runner=runner)(teacher, f"{cycle.cycle_id}-collect")
             done("collect", collect_run=f"{cycle.cycle_id}-collect")
         if pending("dataset"):

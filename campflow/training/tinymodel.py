@@ -1,7 +1,7 @@
 """The embedded default model: a tiny Qwen3-architecture transformer built locally, no download.
 
 The tokenizer is a byte-level BPE trained on text rendered from the bootcamps themselves (system
-prompts, tool schemas, oracle transcripts, all through the chat template), with every digit its own
+prompts, tool schemas, grounded demonstrations, all through the chat template), with every digit its own
 token, since a small model only learns to copy and compute numbers digit by digit. It does not split
 on whitespace first, so a phrase that recurs in every prompt (the template's tool instructions, a
 tool's schema, the system preamble) becomes one token: sequences are ~2.5x shorter than with
@@ -55,10 +55,11 @@ def chat_template(name: str = "qwen2.5") -> str:
 
 
 def corpus(bootcamps: Sequence[str], per_level: int, seed: int, template_name: str = "qwen2.5") -> Iterator[str]:
-    """Chat-template renderings of oracle episodes on training instances of ``bootcamps``."""
+    """Chat-template renderings of teacher episodes on training instances of ``bootcamps``: the grounded
+    demonstrations SFT trains on (observing calls included), so the tokenizer covers that text."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    from campflow.agents.oracle import OraclePolicy
+    from campflow.agents.oracle import DemonstratorPolicy
     from campflow.bootcamps import registry
     from campflow.bootcamps.splits import train_instances
     from campflow.rollout.engine import EpisodeSpec, run_episodes
@@ -68,7 +69,7 @@ def corpus(bootcamps: Sequence[str], per_level: int, seed: int, template_name: s
     for name in bootcamps:
         bootcamp = registry.make(name)
         instances = train_instances(bootcamp, per_level * len(bootcamp.levels), seed=seed)
-        episodes = asyncio.run(run_episodes([EpisodeSpec(bootcamp, i) for i in instances], OraclePolicy()))
+        episodes = asyncio.run(run_episodes([EpisodeSpec(bootcamp, i) for i in instances], DemonstratorPolicy()))
         for instance, episode in zip(instances, episodes):
             rendered = render_jinja_template([template_messages(episode.transcript)],
                                              tools=bootcamp.tool_schemas(instance), chat_template=template)

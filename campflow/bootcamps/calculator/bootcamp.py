@@ -145,6 +145,8 @@ class Calculator(Bootcamp[CalculatorParams, CalculatorState]):
 
     # -- oracle ----------------------------------------------------------------------------------
 
+    # demonstrate() is the oracle: the prompt states every number, and each step computes on the
+    # previous `calculate` result shown, so nothing it passes is hidden.
     def oracle(self, instance: Instance, state: CalculatorState) -> Action:
         d = instance.data
         done = _steps_done(d["values"], state.results)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from campflow.bootcamps.calendar.schedule import (
     Event, apply_step, check, conflicts, describe, fmt, free_starts, generate_world, next_step,
     outside_hours,
 )
+from campflow.bootcamps.demonstration import exchanges
 from campflow.bootcamps.messages import clip
 from campflow.errors import ToolError
 
@@ -195,6 +197,42 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
         step = next_step(instance.data, state.events)
         return Action(*step) if step is not None else Action("done", {})
 
+    def demonstrate(self, instance: Instance, state: CalendarState, transcript: Sequence[Mapping[str, Any]]) -> Action:
+        """No event id is in the prompt: list the calendar first and again after each change before
+        moving or cancelling, and ask `find_free_slots` before booking a meeting whose time is not
+        given and before moving an event (its length is the one listed); then act as the oracle
+        does, on ids and times those results showed. A move goes to the oracle's start if the slots
+        shown hold it, else to the first start shown that keeps clear of the fixed-time meetings the
+        prompt asks for."""
+        since: list[tuple[str, dict[str, Any], str]] = []  # observations since the calendar last changed
+        for name, args, result in exchanges(transcript):
+            if name in _CHANGES and not result.startswith("Error"):
+                since = []
+            elif name in ("list_events", "find_free_slots"):
+                since.append((name, args, result))
+        action = self.oracle(instance, state)
+        a = action.arguments
+        if action.name != "done" and not any(n == "list_events" for n, _, _ in since):
+            return Action("list_events", {})
+        fixed = [r for r in instance.data["requests"] if r["kind"] == "create" and r.get("start") is not None]
+        if action.name == "create_event" and not any(_same_title(r, a["title"]) for r in fixed):
+            slots = {"attendees": list(a["attendees"]), "day": a["day"], "duration": a["duration"]}
+            if not any((n, q) == ("find_free_slots", slots) for n, q, _ in since):
+                return Action("find_free_slots", slots)
+        if action.name == "move_event":
+            e = state.events[a["event_id"]]
+            length = e["end"] - e["start"]
+            slots = {"attendees": list(e["attendees"]), "day": a["day"], "duration": length}
+            shown = [r for n, q, r in since if (n, q) == ("find_free_slots", slots)]
+            if not shown:
+                return Action("find_free_slots", slots)
+            starts = [_time(t) for t in re.findall(r"\d{2}:\d{2}", shown[-1].split(": ", 1)[-1])]
+            clear = [s for s in starts if not any(r["days"][0] == a["day"] and s < r["start"] + r["duration"]
+                                                  and r["start"] < s + length for r in fixed)]
+            if _time(a["start"]) not in starts and clear:
+                return Action("move_event", {**a, "start": fmt(clear[0])})
+        return action
+
     def perturb(self, instance: Instance, state: CalendarState, action: Action, rng: random.Random) -> Action:
         a = dict(action.arguments)
         if action.name == "create_event":
@@ -218,6 +256,13 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
         person, day = rng.choice(sorted(instance.data["people"])), rng.choice(instance.data["days"])
         return Action("create_event", {"title": "Coffee chat", "attendees": [person], "day": day,
                                        "start": "12:00", "duration": 30})
+
+
+_CHANGES = ("create_event", "move_event", "cancel_event")
+
+
+def _same_title(request: dict[str, Any], title: str) -> bool:
+    return " ".join(request["title"].lower().split()) == " ".join(title.lower().split())
 
 
 def _day(instance: Instance, raw: str) -> str:

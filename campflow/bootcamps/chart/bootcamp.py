@@ -146,6 +146,8 @@ class Chart(Bootcamp[ChartParams, ChartState]):
 
     # -- oracle ----------------------------------------------------------------------------------
 
+    # demonstrate() is the oracle: the chart (image, or table in text mode) shows every value its
+    # expression uses, and it submits the `calculate` result shown.
     def oracle(self, instance: Instance, state: ChartState) -> Action:
         d = instance.data
         if not any(math.isclose(r, d["answer"], rel_tol=1e-9, abs_tol=1e-9) for r in state.results):

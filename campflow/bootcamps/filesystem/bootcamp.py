@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ from pydantic import Field
 from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
+from campflow.bootcamps.demonstration import exchanges
 from campflow.bootcamps.filesystem.tree import (
     FilesystemParams,
     MAX_CONTENT_CHARS, ROOT, Tree, basename, generate_task, parent, resolve,
@@ -219,6 +221,20 @@ class Filesystem(Bootcamp[FilesystemParams, FilesystemState]):
                     return Action("mkdir", {"path": parent(b)})
                 return Action("mv", {"source": here, "destination": b})
         return Action("done", {})
+
+    def demonstrate(self, instance: Instance, state: FilesystemState, transcript: Sequence[Mapping[str, Any]]) -> Action:
+        """No file name is in the prompt: list every folder first (from the root down, through the
+        subfolders each listing shows), then act as the oracle does, on names those listings showed."""
+        listed, found = set(), [""]
+        for name, args, result in exchanges(transcript):
+            if name == "ls" and not result.startswith("Error"):
+                here = resolve(args.get("path", "."))
+                listed.add(here)
+                found += [f"{here}/{e[:-1]}" if here else e[:-1] for e in result.splitlines()[1:] if e.endswith("/")]
+        pending = next((f for f in found if f not in listed), None)
+        if pending is not None:
+            return Action("ls", {"path": pending or "."})
+        return self.oracle(instance, state)
 
     def perturb(self, instance: Instance, state: FilesystemState, action: Action, rng: random.Random) -> Action:
         a = dict(action.arguments)

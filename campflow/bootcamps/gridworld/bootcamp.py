@@ -157,6 +157,8 @@ class Gridworld(Bootcamp[GridworldParams, GridworldState]):
 
     # -- oracle ----------------------------------------------------------------------------------
 
+    # demonstrate() is the oracle: the prompt and every view show the whole grid (walls, keys, doors,
+    # goal), so its plan reads nothing the agent has not seen; its arguments are directions.
     def oracle(self, instance: Instance, state: GridworldState) -> Action:
         layout, node = _layout_of(instance.data), _node(instance, state)
         route = dict(_plan(layout, (*instance.data["start"], 0, 0)))

@@ -208,6 +208,8 @@ class Gui(Bootcamp[GuiParams, GuiState]):
 
     # -- oracle ----------------------------------------------------------------------------------
 
+    # demonstrate() is the oracle: it takes a screenshot whenever the screen changed unseen (after a
+    # scroll or opening a list) and clicks only boxes the last screen showed, typing values the goal states.
     def oracle(self, instance: Instance, state: GuiState) -> Action:
         d, widgets = instance.data, widgets_by_id(instance)
         if state.open is not None:

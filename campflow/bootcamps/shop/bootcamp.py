@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,6 +199,18 @@ class Shop(Bootcamp[ShopParams, ShopState]):
             page = state.last_page + 1 if state.last_query == query else 1
             return Action("search", {"query": query, "page": page})
         return Action("add_to_cart", {"product_id": target, "options": _options_for(state.products[target], goal)})
+
+    def demonstrate(self, instance: Instance, state: ShopState, transcript: Sequence[Mapping[str, Any]]) -> Action:
+        """The oracle searches with the prompt's words and buys with the options a view showed, but
+        picks the target out of the results unseen; the demonstration views the results ranked above
+        it first, so the one it buys is the first whose page shows it fits."""
+        action = self.oracle(instance, state)
+        if action.name == "view":
+            ahead = state.last_results[:state.last_results.index(action.arguments["product_id"])]
+            unseen = next((pid for pid in ahead if pid not in state.viewed), None)
+            if unseen is not None:
+                return Action("view", {"product_id": unseen})
+        return action
 
     def perturb(self, instance: Instance, state: ShopState, action: Action, rng: random.Random) -> Action:
         d = instance.data

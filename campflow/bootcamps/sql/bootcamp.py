@@ -6,6 +6,7 @@ import math
 import random
 import re
 import sqlite3
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from pydantic import Field
 from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
 )
+from campflow.bootcamps.demonstration import called, exchanges
 from campflow.bootcamps.messages import clip
 from campflow.bootcamps.sql.world import SCHEMAS, SqlParams, entity_names, generate_question
 from campflow.errors import ToolError
@@ -290,6 +292,22 @@ class Sql(Bootcamp[SqlParams, SqlState]):
         if q["sql"] not in state.queries:
             return Action("query", {"sql": q["sql"]})
         return Action("submit", {"answer": _format_answer(q["answer"])})
+
+    def demonstrate(self, instance: Instance, state: SqlState, transcript: Sequence[Mapping[str, Any]]) -> Action:
+        """No table or column name is in the prompt: list the tables, describe every table listed,
+        then run the oracle's query (it names only what those showed) and submit its rows as shown."""
+        if not called(transcript, "list_tables"):
+            return Action("list_tables", {})
+        listing = next(r for n, _, r in exchanges(transcript) if n == "list_tables")
+        for line in listing.splitlines():
+            table = line.split(" (")[0].strip()
+            if table and not called(transcript, "describe_table", table=table):
+                return Action("describe_table", {"table": table})
+        action = self.oracle(instance, state)
+        if action.name == "submit":  # the answer as the query showed it (one column: its rows joined)
+            shown = [r for n, a, r in exchanges(transcript) if n == "query" and not r.startswith("Error")][-1]
+            action = Action("submit", {"answer": ", ".join(shown.splitlines()[1:-1])})
+        return action
 
     def perturb(self, instance: Instance, state: SqlState, action: Action, rng: random.Random) -> Action:
         if action.name != "query":

@@ -195,6 +195,8 @@ class Wordle(Bootcamp[WordleParams, WordleState]):
 
     # -- oracle ----------------------------------------------------------------------------------
 
+    # demonstrate() is the oracle: it reads only the pool size the prompt names and the feedback shown,
+    # never the target; a guess is the agent's own choice of word.
     def oracle(self, instance: Instance, state: WordleState) -> Action:
         # Reads only the public pool size and the feedback seen so far, never the target.
         history = tuple(zip(state.guesses, state.codes))
