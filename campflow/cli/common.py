@@ -86,17 +86,13 @@ def resolve_local_model(cfg: CampflowConfig) -> None:
     """For ``policy.kind = local``, accept a checkpoint id as the model and turn it into its path."""
     if cfg.policy.kind != "local":
         return
-    from campflow.errors import ConfigError
-
-    if not cfg.policy.model:
-        raise ConfigError("policy.model is required for a local policy: a model folder or a checkpoint id "
-                          "(see `campflow sql \"SELECT model_id, kind FROM checkpoints\"`)")
-    if Path(cfg.policy.model).exists():
-        return
     from campflow.storage.workspace import Workspace
-    from campflow.training.checkpoints import get
+    from campflow.training.checkpoints import local_model_path
 
-    cfg.policy.model = str(get(Workspace.from_config(cfg).store, cfg.policy.model).path)
+    model = cfg.policy.model
+    if model and Path(model).exists():  # a folder: no store needed
+        return
+    cfg.policy.model = local_model_path(Workspace.from_config(cfg).store if model else None, model)
 
 
 def table(columns: list[str], rows: list[tuple[Any, ...]] | list[list[Any]], title: str | None = None) -> Table:

@@ -129,3 +129,23 @@ def adopt(store: Store, path: str | Path, *, record: bool = True) -> Checkpoint:
     if not record:
         return Checkpoint(model_id, "base", folder.resolve(), None, None, {})
     return register(store, model_id, "base", folder.resolve())
+
+
+def local_model_path(store: Store | None, model: str | None) -> str:
+    """The folder a local policy loads for ``model``: a model folder as given, else a checkpoint id's
+    path in ``store`` (None: there is no store to look in).
+
+    Raises:
+        CampflowError: no model was given, or it is neither a folder nor a recorded checkpoint.
+    """
+    from campflow.errors import ConfigError
+
+    if not model:
+        raise ConfigError("policy.model is required for a local policy: a model folder or a checkpoint id "
+                          "(see `campflow sql \"SELECT model_id, kind FROM checkpoints\"`)")
+    if Path(model).exists():
+        return model
+    if store is None:
+        raise ConfigError(f"policy.model {model!r} is not a model folder, and there is no store to look it "
+                          "up in as a checkpoint id")
+    return str(get(store, model).path)
