@@ -87,5 +87,17 @@ def summarize(store: Store, run_id: str, model_id: str, ran: int, skipped: int) 
 
 
 def evaluate(cfg: CampflowConfig, run_id: str | None = None) -> EvalSummary:
-    """Python API of ``campflow eval``: run the evaluate flow with the task runner ``cfg`` asks for."""
-    return evaluate_flow.with_options(task_runner=task_runner(cfg.rollout))(cfg, run_id)
+    """Python API of ``campflow eval``: run the evaluate flow with the task runner ``cfg`` asks for.
+
+    A local checkpoint (``policy.kind: local``) is reached as ``serving`` says: in-process, or through a
+    server started for it (and stopped afterwards) or a running endpoint.
+    """
+    run = evaluate_flow.with_options(task_runner=task_runner(cfg.rollout))
+    if cfg.policy.kind != "local" or cfg.serving.kind == "inprocess":
+        return run(cfg, run_id)
+    from campflow.serving import CheckpointServers
+
+    with CheckpointServers(cfg) as servers:
+        summary = run(servers.config(str(cfg.policy.model)), run_id)
+        servers.check()  # a server that died mid-run left infra_error episodes: say so, the run resumes
+    return summary

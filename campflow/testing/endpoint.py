@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import itertools
 import json
 import random
@@ -33,7 +34,9 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.base import Action, Instance
 from campflow.serialization import from_json, to_json
 
-Script = Callable[[dict[str, Any]], dict[str, Any]]
+# the assistant message for a request (or an awaitable of it); optional "usage" and "finish_reason" keys
+# are taken out of the message and answered as the response's own
+Script = Callable[[dict[str, Any]], Any]
 
 
 class OracleScript:
@@ -149,14 +152,21 @@ class ScriptedEndpoint:
         if self.latency:
             await asyncio.sleep(self.latency)
         message = self.script(body)
-        prompt_chars = sum(len(to_json(m.get("content") or "")) for m in body["messages"])
-        completion_chars = len(to_json(message))
-        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        if inspect.isawaitable(message):  # a script that generates (serve_model) awaits its model
+            message = await message
+        # a script may say what the reply cost and why it ended; otherwise both are estimated
+        message = dict(message)
+        usage, finish = message.pop("usage", None), message.pop("finish_reason", None)
+        if usage is None:
+            prompt_chars = sum(len(to_json(m.get("content") or "")) for m in body["messages"])
+            completion_chars = len(to_json(message))
+            usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
+                     "total_tokens": (prompt_chars + completion_chars) // 4}
+        finish = finish or ("tool_calls" if message.get("tool_calls") else "stop")
         return web.json_response(dumps=_dumps, data={
             "id": f"chatcmpl-{self.requests}", "object": "chat.completion", "created": 0, "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
-                      "total_tokens": (prompt_chars + completion_chars) // 4},
+            "usage": usage,
         })
 
     async def _models(self, request: web.Request) -> web.Response:
