@@ -183,8 +183,33 @@ class RLConfig(Section):
     seed: int = Field(0, description="sampling and data order seed")
 
 
+TEACHERS = ("oracle", "self", "endpoint", "self+oracle", "endpoint+oracle")
+
+
+class TeacherEndpointConfig(Section):
+    """A stronger model behind an OpenAI-compatible endpoint (``training.teacher: endpoint``)."""
+
+    model: str | None = Field(None, description="the endpoint's model name, e.g. Qwen/Qwen3-32B")
+    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding its key, if any")
+    temperature: float = Field(0.7, ge=0, le=2, description="sampling temperature of its episodes")
+    max_tokens: int = Field(2048, ge=1, le=1_000_000, description="completion tokens per turn")
+
+
 class TrainingConfig(Section):
     """Datasets, the embedded model, SFT and RL."""
+
+    teacher: Literal[TEACHERS] = Field("oracle", description="who writes the SFT data: oracle | self (best-of-k "
+                                       "samples of the current model that pass the filter) | endpoint (a "
+                                       "stronger model) | self+oracle / endpoint+oracle (the oracle only for "
+                                       "instances where no model sample passed)")
+    self_samples: int = Field(4, ge=1, le=1024, description="teacher self/endpoint: episodes per instance (k)")
+    self_temperature: float = Field(0.8, ge=0, le=2, description="teacher self: sampling temperature")
+    teacher_endpoint: TeacherEndpointConfig = Field(default_factory=TeacherEndpointConfig,
+                                                    description="teacher endpoint: the stronger model")
+    exclude_oracle_for_thinking: bool = Field(False, description="a thinking model (its chat template renders "
+                                              "<think>) trains on no oracle rows, which have no reasoning; they "
+                                              "are marked in the dataset either way (column oracle_no_reasoning)")
 
     bootcamps: list[str] = Field(["calculator", "maze"], min_length=1, description="bootcamps trained on")
     levels: list[int] | None = Field(None, description="only these levels; None: all")

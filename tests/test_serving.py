@@ -53,7 +53,7 @@ def _alive(pid: int) -> bool:
 
 
 def _servers_of(checkpoint: Path) -> list[int]:
-    """Pids of test servers serving ``checkpoint`` (from /proc, so nothing the code under test reports)."""
+    """Pids of test servers serving ``checkpoint`` or a model under it (from /proc, so nothing the code under test reports)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -61,7 +61,7 @@ def _servers_of(checkpoint: Path) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"campflow.testing.serve_model" in cmdline and str(checkpoint).encode() in cmdline \
+            if b"campflow.testing.serve_model" in cmdline and any(str(checkpoint).encode() in a for a in cmdline) \
                     and _alive(int(entry.name)):
                 pids.append(int(entry.name))
     return pids
@@ -208,3 +208,27 @@ def test_a_server_killed_mid_run_makes_infra_errors_and_one_error_after_the_step
         with pytest.raises(ServingError, match=rf"the server for tiny \(pid {pid}\) exited with code -9 during the "
                                                r"run; its episodes are infra_error and the step runs again on resume"):
             servers.check()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_cycle_with_launched_servers_gives_the_pass_rates_of_an_inprocess_cycle_and_leaves_no_server(
+        tmp_path) -> None:
+    from campflow.flows.improve import improve
+    from campflow.storage.store import Store
+    from tests.loop_config import write_tiny_config
+
+    results = {}
+    for kind in ("inprocess", "launch"):
+        ws = tmp_path / kind
+        cfg = load_config(write_tiny_config(ws, improve__rl=False, serving__kind=kind,
+                                            serving__command=TEST_SERVER), env={})
+        summary = improve(cfg, cycle_id="c1")
+        results[kind] = (summary.pass_before, summary.pass_after)
+        served = Store(cfg.workspace.db_path).query(
+            "SELECT DISTINCT run_id, json_extract_string(config, '$.policy.kind') AS kind FROM runs "
+            "WHERE run_id IN ('c1-before', 'c1-after') ORDER BY run_id")
+        assert {r["kind"] for r in served} == {"local" if kind == "inprocess" else "openai"}
+        assert _servers_of(ws) == []
+    assert results["launch"] == results["inprocess"]
+    logs = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "launch" / "serving-logs").glob("*.log"))
+    assert len(logs) == 2  # one server for the start model (evaluate + calibration), one for the candidate
