@@ -90,7 +90,18 @@ def test_a_launched_test_server_evaluates_every_episode_as_the_inprocess_policy_
              [(m.get("content") or "").strip() for m in json.loads(r["transcript"]) if m["role"] == "assistant"])
             for r in rows])
         assert summary.ran == 6
+        rates = summary.throughput  # what evaluating cost, kept in the run's summary for `campflow runs`
+        assert rates["episodes_per_s"] > 0 and rates["tokens_per_s"] > 0 and rates["latency_per_turn_s"] > 0
     assert outcomes["launch"] == outcomes["inprocess"]
+    from tests.conftest import run_cli
+
+    listed = run_cli("runs", "--db", str(tmp_path / "launch" / "campflow.duckdb"),
+                     env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert listed.returncode == 0, listed.stderr
+    header = next(line for line in listed.stdout.splitlines() if "run_id" in line)
+    assert all(col in header for col in ("ep_per_s", "tok_per_s", "ms_per_turn"))
+    row = next(line for line in listed.stdout.splitlines() if "eval-launch" in line)
+    assert "None" not in row
     assert "infra_error" not in {o[1] for o in outcomes["launch"][1]}
     assert _servers_of(checkpoint) == []
     logs = list((tmp_path / "launch" / "serving-logs").glob("*.log"))
@@ -232,3 +243,20 @@ def test_a_cycle_with_launched_servers_gives_the_pass_rates_of_an_inprocess_cycl
     assert results["launch"] == results["inprocess"]
     logs = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "launch" / "serving-logs").glob("*.log"))
     assert len(logs) == 2  # one server for the start model (evaluate + calibration), one for the candidate
+
+
+def test_the_live_display_shows_episodes_and_tokens_per_second_and_the_policys_latency() -> None:
+    import io
+
+    from rich.console import Console
+
+    from campflow.cli.display import RichReporter
+
+    reporter = RichReporter(Console(file=io.StringIO(), force_terminal=False))
+    reporter.start("episodes", "episodes", 4)
+    reporter.episode("episodes", 120, 2, 0.5)
+    reporter.episode("episodes", 80, 2, 0.3)
+    task = reporter.progress.tasks[0]
+    assert task.completed == 2
+    assert task.description.startswith("episodes (") and " ep/s, " in task.description
+    assert " tok/s, 200 ms/turn)" in task.description

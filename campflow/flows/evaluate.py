@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import flow
+
+from campflow import progress
 from campflow.agents.factory import policy_model_id
 from campflow.bootcamps.splits import eval_instances
 from campflow.config import CampflowConfig
@@ -32,11 +34,13 @@ class EvalSummary:
     skipped: int  # episodes already complete from an earlier invocation
     pass_rates: dict[str, float] = field(default_factory=dict)
     terminations: dict[str, int] = field(default_factory=dict)
+    # of this invocation's episodes: episodes_per_s, tokens_per_s, latency_per_turn_s (the policy's)
+    throughput: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form, stored as the run's summary."""
         return {"run_id": self.run_id, "model_id": self.model_id, "ran": self.ran, "skipped": self.skipped,
-                "pass_rates": self.pass_rates, "terminations": self.terminations}
+                "pass_rates": self.pass_rates, "terminations": self.terminations, "throughput": self.throughput}
 
 
 def new_run_id(kind: str) -> str:
@@ -66,8 +70,10 @@ def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "e
     store.start_run(run_id, kind, cfg.model_dump(mode="json"), model_id)
     try:
         items, skipped = plan_eval(cfg, ws, run_id)
-        record_rollouts(store, items, cfg.policy, cfg.rollout, run_id)
+        meter = progress.Throughput()
+        record_rollouts(store, items, cfg.policy, cfg.rollout, run_id, meter)
         summary = summarize(store, run_id, model_id, ran=len(items), skipped=skipped)
+        summary.throughput = meter.rates()
     except BaseException as exc:
         store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
