@@ -260,3 +260,39 @@ def test_the_live_display_shows_episodes_and_tokens_per_second_and_the_policys_l
     assert task.completed == 2
     assert task.description.startswith("episodes (") and " ep/s, " in task.description
     assert " tok/s, 200 ms/turn)" in task.description
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_an_adapter_checkpoint_on_a_running_endpoint_is_loaded_evaluated_under_its_name_and_unloaded(
+        tmp_path) -> None:
+    from campflow.bootcamps import registry
+    from campflow.bootcamps.splits import eval_instances
+    from campflow.flows.evaluate import evaluate
+    from campflow.testing.endpoint import OracleScript, ScriptedEndpoint
+
+    adapter = tmp_path / "models" / "sft-lora"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/models/base",
+                                                             "peft_type": "LORA"}))
+    (adapter / "campflow.json").write_text(json.dumps({"model_id": "sft-abc123"}))
+    script = OracleScript(eval_instances(registry.make("calculator"), 4, [1]))
+    with ScriptedEndpoint(script, model="base", strict_models=True) as server:
+        cfg = _config(tmp_path, adapter, "endpoint", **{"serving.base_url": server.url, "eval.n": 4})
+        summary = evaluate(cfg, run_id="lora")
+        assert server.lora_log == [("load", "sft-abc123", str(adapter.resolve())), ("unload", "sft-abc123", None)]
+        assert set(server.served_as) == {"sft-abc123"} and server.adapters == {}
+    assert summary.model_id == "sft-abc123" and summary.pass_rates == {"calculator": 1.0}
+
+
+def test_a_full_checkpoint_a_running_endpoint_does_not_serve_is_one_error_listing_what_it_serves(
+        tmp_path, checkpoint) -> None:
+    from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
+
+    with ScriptedEndpoint(ReplyScript(["hi"]), model="Qwen/Qwen3-8B") as server:
+        cfg = _config(tmp_path, checkpoint, "endpoint", **{"serving.base_url": server.url})
+        with pytest.raises(ServingError, match=r"serves \['Qwen/Qwen3-8B'\], not checkpoint tiny"):
+            with serve_checkpoint(cfg, checkpoint):
+                pass
+        cfg.serving.model = "Qwen/Qwen3-8B"  # the user says this server serves the checkpoint
+        with serve_checkpoint(cfg, checkpoint) as policy:
+            assert (policy.kind, policy.model, policy.base_url) == ("openai", "Qwen/Qwen3-8B", server.url)
