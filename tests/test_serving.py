@@ -296,3 +296,14 @@ def test_a_full_checkpoint_a_running_endpoint_does_not_serve_is_one_error_listin
         cfg.serving.model = "Qwen/Qwen3-8B"  # the user says this server serves the checkpoint
         with serve_checkpoint(cfg, checkpoint) as policy:
             assert (policy.kind, policy.model, policy.base_url) == ("openai", "Qwen/Qwen3-8B", server.url)
+
+
+def test_a_server_that_dies_of_an_exception_names_the_root_cause_before_its_last_lines(tmp_path, checkpoint) -> None:
+    command = ("{python} -c \"import sys; print('[core.py:9] ValueError: not enough memory for {name}'); "
+               "[print('unwinding', i) for i in range(20)]; print('RuntimeError: see root cause above'); sys.exit(1)\"")
+    cfg = _config(tmp_path, checkpoint, "launch", **{"serving.command": command})
+    with pytest.raises(ServingError, match=r"exited with code 1 before it answered; log .*: \[core.py:9\] ValueError: "
+                                           r"not enough memory for tiny \| \.\.\. \| unwinding 16 .* RuntimeError: see "
+                                           r"root cause above$"):
+        with serve_checkpoint(cfg, checkpoint):
+            pass

@@ -13,6 +13,7 @@ import collections
 import ctypes
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -30,6 +31,8 @@ from campflow.errors import ServingError
 HOST = "127.0.0.1"
 PLACEHOLDERS = ("path", "base", "adapter", "port", "name", "host", "python")
 _PR_SET_PDEATHSIG = 1
+# a line that states an exception: "ValueError: ...", also after a logger's "[file.py:12] " prefix
+_CAUSE = re.compile(r"(?:^|\] )[A-Z]\w*(?:Error|Exception): ")
 
 
 def free_port() -> int:
@@ -66,12 +69,22 @@ def render_command(template: str, values: dict[str, Any]) -> list[str]:
 
 
 def log_tail(path: Path, lines: int = 5) -> str:
-    """The last ``lines`` non-empty lines of a log, joined with `` | `` (for a one-line error)."""
+    """The last ``lines`` non-empty lines of a log, joined with `` | `` (for a one-line error), after the
+    first line that names an exception, if it is not among them (servers end on "see root cause above")."""
+    cause = None
     try:
         with path.open(errors="replace") as fh:
-            tail = collections.deque((ln.rstrip() for ln in fh if ln.strip()), maxlen=lines)
+            tail: collections.deque[str] = collections.deque(maxlen=lines)
+            for ln in fh:
+                if ln.strip():
+                    tail.append(ln.rstrip())
+                    # the first exception named is the root cause (the "$ command" line we wrote is not)
+                    if cause is None and not ln.startswith("$ ") and _CAUSE.search(ln.strip()):
+                        cause = ln.strip()
     except OSError:
         return ""
+    if cause is not None and all(cause != t.strip() for t in tail):
+        return f"{cause} | ... | " + " | ".join(tail)
     return " | ".join(tail)
 
 
