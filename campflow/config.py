@@ -187,8 +187,33 @@ class RLConfig(Section):
     seed: int = Field(0, description="sampling and data order seed")
 
 
+TEACHERS = ("oracle", "self", "endpoint", "self+oracle", "endpoint+oracle")
+
+
+class TeacherEndpointConfig(Section):
+    """A stronger model behind an OpenAI-compatible endpoint (``training.teacher: endpoint``)."""
+
+    model: str | None = Field(None, description="the endpoint's model name, e.g. Qwen/Qwen3-32B")
+    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding its key, if any")
+    temperature: float = Field(0.7, ge=0, le=2, description="sampling temperature of its episodes")
+    max_tokens: int = Field(2048, ge=1, le=1_000_000, description="completion tokens per turn")
+
+
 class TrainingConfig(Section):
     """Datasets, the embedded model, SFT and RL."""
+
+    teacher: Literal[TEACHERS] = Field("oracle", description="who writes the SFT data: oracle | self (best-of-k "
+                                       "samples of the current model that pass the filter) | endpoint (a "
+                                       "stronger model) | self+oracle / endpoint+oracle (the oracle only for "
+                                       "instances where no model sample passed)")
+    self_samples: int = Field(4, ge=1, le=1024, description="teacher self/endpoint: episodes per instance (k)")
+    self_temperature: float = Field(0.8, ge=0, le=2, description="teacher self: sampling temperature")
+    teacher_endpoint: TeacherEndpointConfig = Field(default_factory=TeacherEndpointConfig,
+                                                    description="teacher endpoint: the stronger model")
+    exclude_oracle_for_thinking: bool = Field(False, description="a thinking model (its chat template renders "
+                                              "<think>) trains on no oracle rows, which have no reasoning; they "
+                                              "are marked in the dataset either way (column oracle_no_reasoning)")
 
     bootcamps: list[str] = Field(["calculator", "maze"], min_length=1, description="bootcamps trained on")
     levels: list[int] | None = Field(None, description="only these levels; None: all")
@@ -270,12 +295,45 @@ class WatchConfig(Section):
     interval_seconds: int = Field(3600, ge=1, description="how often `campflow serve` runs watch")
 
 
+DEFAULT_LAUNCH_COMMAND = ("vllm serve {path} --port {port} --served-model-name {name} "
+                          "--enable-auto-tool-choice --tool-call-parser hermes")
+
+
+class ServingConfig(Section):
+    """How rollout steps reach a checkpoint: in-process, a server launched for it, or a running endpoint.
+
+    The launch ``command`` is a template; its placeholders are ``{path}`` (the checkpoint folder; for a
+    LoRA adapter, its base model's folder with ``{adapter}`` the adapter's), ``{port}`` (the port picked
+    or configured), ``{name}`` (the name the model is served and recorded under: the checkpoint id),
+    ``{host}`` (always 127.0.0.1) and ``{python}`` (this interpreter, for Python servers such as
+    ``{python} -m vllm.entrypoints.openai.api_server``).
+    """
+
+    kind: Literal["inprocess", "launch", "endpoint"] = Field("inprocess", description="inprocess: the local "
+                                                             "policy in the flow process; launch: start a server "
+                                                             "per checkpoint from `command`; endpoint: a running "
+                                                             "server at base_url")
+    command: str = Field(DEFAULT_LAUNCH_COMMAND, min_length=1, description="kind=launch: the server's command "
+                         "line, with {path} {port} {name} {host} {python} {adapter} placeholders")
+    port: int | None = Field(None, ge=1, le=65_535, description="kind=launch: the port; None picks a free one")
+    startup_timeout: float = Field(600.0, gt=0, description="kind=launch: seconds to wait for GET /v1/models")
+    log_dir: Path | None = Field(None, description="kind=launch: where server logs go; default "
+                                 "<workspace>/serving-logs")
+    base_url: str | None = Field(None, description="kind=endpoint: the server, e.g. http://localhost:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="kind=endpoint: environment variable holding its key")
+    model: str | None = Field(None, description="kind=endpoint: the served base model's name (None: the first "
+                              "that GET /v1/models lists)")
+    runtime_lora: bool = Field(True, description="kind=endpoint: load adapter checkpoints at runtime "
+                               "(POST /v1/load_lora_adapter; vLLM needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
+
+
 class CampflowConfig(Section):
     """The whole configuration."""
 
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    serving: ServingConfig = Field(default_factory=ServingConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)

@@ -89,3 +89,7 @@ class ImportSourceError(CampflowError):
     """An external task source cannot become a bootcamp (unknown dataset, continuous actions, bad rows)."""
 
     exit_code = 2
+
+
+class ServingError(CampflowError):
+    """A server for a checkpoint could not be started, answered wrongly, or died (``serving`` config)."""

@@ -11,7 +11,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from campflow.progress import Reporter
+from campflow.progress import Reporter, Throughput
 
 
 class RichReporter(Reporter):
@@ -27,6 +27,7 @@ class RichReporter(Reporter):
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,
         )
         self._tasks: dict[str, TaskID] = {}
+        self._meters: dict[str, tuple[Throughput, str]] = {}
         self._lock = threading.Lock()
         self._lines = not self.progress.console.is_terminal
 
@@ -40,6 +41,7 @@ class RichReporter(Reporter):
 
     def start(self, key: str, description: str, total: int | None) -> None:
         with self._lock:
+            self._meters.pop(key, None)
             if key in self._tasks:
                 self.progress.reset(self._tasks[key], total=total, description=description)
             else:
@@ -51,6 +53,17 @@ class RichReporter(Reporter):
         with self._lock:
             if key in self._tasks:
                 self.progress.advance(self._tasks[key], steps)
+
+    def episode(self, key: str, tokens: int, turns: int, latency_s: float) -> None:
+        """Advance ``key`` and show its episodes/s, tokens/s and the policy's latency per turn."""
+        with self._lock:
+            if key not in self._tasks:
+                return
+            if key not in self._meters:
+                self._meters[key] = (Throughput(), self.progress.tasks[self._tasks[key]].description)
+            meter, label = self._meters[key]
+            meter.add(tokens, turns, latency_s)
+            self.progress.update(self._tasks[key], advance=1, description=f"{label} ({meter.describe()})")
 
     def update(self, key: str, description: str) -> None:
         with self._lock:

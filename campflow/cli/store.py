@@ -63,7 +63,10 @@ def runs(
         cfg.workspace.db_path,
         "SELECT r.run_id, r.kind, r.model_id, r.status, strftime(r.started_at, '%Y-%m-%d %H:%M:%S') AS started, "
         "round(epoch(r.finished_at - r.started_at), 1) AS seconds, count(e.episode_id) AS episodes, "
-        "round(avg(e.success::INTEGER), 3) AS pass_rate "
+        "round(avg(e.success::INTEGER), 3) AS pass_rate, "
+        "round(any_value(r.summary->>'$.throughput.episodes_per_s')::DOUBLE, 2) AS ep_per_s, "
+        "round(any_value(r.summary->>'$.throughput.tokens_per_s')::DOUBLE, 0) AS tok_per_s, "
+        "round(1000 * any_value(r.summary->>'$.throughput.latency_per_turn_s')::DOUBLE, 0) AS ms_per_turn "
         "FROM runs r LEFT JOIN episodes e USING (run_id) "
         "GROUP BY r.run_id, r.kind, r.model_id, r.status, r.started_at, r.finished_at ORDER BY r.started_at DESC "
         f"LIMIT {int(limit)}",

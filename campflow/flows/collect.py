@@ -12,7 +12,7 @@ import json
 
 from prefect import flow
 
-from campflow import stopping
+from campflow import progress, stopping
 from campflow.agents.factory import policy_model_id
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_eval, train_instances
@@ -73,8 +73,10 @@ def collect_flow(cfg: CampflowConfig, run_id: str | None = None, extra_ids: list
         store.write_instances(instances, split="train")
         done = store.completed_keys(run_id)
         items = shard_items(instances, cfg.training.collect_samples, done)
-        record_rollouts(store, items, cfg.policy, cfg.rollout, run_id)
+        meter = progress.Throughput()
+        record_rollouts(store, items, cfg.policy, cfg.rollout, run_id, meter)
         summary = summarize(store, run_id, model_id, ran=len(items), skipped=len(done))
+        summary.throughput = meter.rates()
         store.finish_run(run_id, "completed", summary.as_dict())
     except BaseException as exc:
         fail_run(store, run_id, exc)

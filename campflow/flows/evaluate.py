@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from prefect import flow
 
-from campflow import stopping
+from campflow import progress, stopping
 from campflow.agents.factory import policy_model_id
 from campflow.bootcamps.splits import eval_instances
 from campflow.config import CampflowConfig
@@ -36,11 +36,13 @@ class EvalSummary:
     skipped: int  # episodes already complete from an earlier invocation
     pass_rates: dict[str, float] = field(default_factory=dict)
     terminations: dict[str, int] = field(default_factory=dict)
+    # of this invocation's episodes: episodes_per_s, tokens_per_s, latency_per_turn_s (the policy's)
+    throughput: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form, stored as the run's summary."""
         return {"run_id": self.run_id, "model_id": self.model_id, "ran": self.ran, "skipped": self.skipped,
-                "pass_rates": self.pass_rates, "terminations": self.terminations}
+                "pass_rates": self.pass_rates, "terminations": self.terminations, "throughput": self.throughput}
 
 
 def new_run_id(kind: str) -> str:
@@ -71,8 +73,10 @@ def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "e
     store.start_run(run_id, kind, cfg.model_dump(mode="json"), model_id)
     try:
         items, skipped = plan_eval(cfg, ws, run_id)
-        record_rollouts(store, items, cfg.policy, cfg.rollout, run_id)
+        meter = progress.Throughput()
+        record_rollouts(store, items, cfg.policy, cfg.rollout, run_id, meter)
         summary = summarize(store, run_id, model_id, ran=len(items), skipped=skipped)
+        summary.throughput = meter.rates()
         store.finish_run(run_id, "completed", summary.as_dict())
     except BaseException as exc:
         fail_run(store, run_id, exc)
@@ -102,5 +106,17 @@ def summarize(store: Store, run_id: str, model_id: str, ran: int, skipped: int) 
 
 
 def evaluate(cfg: CampflowConfig, run_id: str | None = None) -> EvalSummary:
-    """Python API of ``campflow eval``: run the evaluate flow with the task runner ``cfg`` asks for."""
-    return evaluate_flow.with_options(task_runner=task_runner(cfg.rollout))(cfg, run_id)
+    """Python API of ``campflow eval``: run the evaluate flow with the task runner ``cfg`` asks for.
+
+    A local checkpoint (``policy.kind: local``) is reached as ``serving`` says: in-process, or through a
+    server started for it (and stopped afterwards) or a running endpoint.
+    """
+    run = evaluate_flow.with_options(task_runner=task_runner(cfg.rollout))
+    if cfg.policy.kind != "local" or cfg.serving.kind == "inprocess":
+        return run(cfg, run_id)
+    from campflow.serving import CheckpointServers
+
+    with CheckpointServers(cfg) as servers:
+        summary = run(servers.config(str(cfg.policy.model)), run_id)
+        servers.check()  # a server that died mid-run left infra_error episodes: say so, the run resumes
+    return summary

@@ -24,8 +24,10 @@ from campflow.errors import CampflowError
 from campflow.flows.collect import collect_flow
 from campflow.flows.evaluate import evaluate_flow
 from campflow.flows.runners import task_runner
+from campflow.flows.teachers import collect_teachers
 from campflow.report.facts import cycle_facts
 from campflow.report.page import write_report
+from campflow.serving import CheckpointServers
 from campflow.storage import cycles
 from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
@@ -54,12 +56,6 @@ class CycleSummary:
     report: Path
 
 
-def _policy_for(cfg: CampflowConfig, path: Path, kind: str = "local") -> CampflowConfig:
-    out = cfg.model_copy(deep=True)
-    out.policy.kind, out.policy.model = kind, str(path)
-    return out
-
-
 def _metric(store: Store, run_id: str, metric: str) -> float:
     column = "success::INTEGER" if metric == "pass_rate" else "reward"
     value = store.scalar(f"SELECT avg({column}) FROM episodes WHERE run_id = ? "
@@ -85,6 +81,12 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
         cycle = cycles.start(store, cycle_id)
     state = cycle.state
     runner = task_runner(cfg.rollout)  # subflows fan out as the config says, not with Prefect's default
+    # one server per checkpoint (serving: launch / endpoint), shared by the steps that evaluate it and
+    # stopped when the cycle ends, however it ends; a resumed cycle starts its own
+    servers = CheckpointServers(cfg)
+
+    def served(path: Path) -> CampflowConfig:
+        return servers.config(path)
     reporter = progress.current()
     reporter.start("cycle", f"cycle {cycle.cycle_id}", len(STEPS))
     reporter.advance("cycle", sum(1 for s in STEPS if s in state.get("done", [])))
@@ -110,23 +112,26 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
         cycle.base_model_id = model.model_id
         before_run = f"{cycle.cycle_id}-before"
         if pending("evaluate"):
-            evaluate_flow.with_options(task_runner=runner)(_policy_for(cfg, model.path), before_run)
+            evaluate_flow.with_options(task_runner=runner)(served(model.path), before_run)
+            servers.check()  # a server that died mid-run: its infra_error episodes run again on resume
             done("evaluate", eval_before=before_run)
         if pending("mine"):
             clusters = mine_failures_task(cfg, before_run)
             done("mine", clusters=len(clusters))
         if pending("synthesize"):
-            summary = synthesize_task(cfg, before_run)
+            calibrating = served(model.path).policy if cfg.synthesis.calibration_samples else None
+            summary = synthesize_task(cfg, before_run, calibrating)
+            servers.check()
             variant_ids = [r["variant_id"] for r in store.query(
                 "SELECT variant_id FROM variants WHERE run_id = ?", [summary["run_id"]])]
             done("synthesize", synthesis_run=summary["run_id"], variant_ids=variant_ids,
                  accepted=summary["accepted"])
         if pending("collect"):
-            teacher = _policy_for(cfg, model.path, kind="demonstrator")  # grounded, fit to imitate
-            collect_flow.with_options(task_runner=runner)(teacher, f"{cycle.cycle_id}-collect")
-            done("collect", collect_run=f"{cycle.cycle_id}-collect")
+            runs = collect_teachers(cfg, servers, model.path, cycle.cycle_id, runner)
+            done("collect", collect_run=runs[0], collect_runs=runs)
         if pending("dataset"):
-            done("dataset", dataset=build_dataset_task(cfg, [state["collect_run"]]))
+            done("dataset", dataset=build_dataset_task(cfg, state.get("collect_runs") or [state["collect_run"]],
+                                                       str(model.path)))
         if pending("sft"):
             done("sft", sft_model=sft_task(cfg, model.model_id, state["dataset"]))
         if pending("rl"):
@@ -134,7 +139,8 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
         candidate = checkpoints.get(store, state["rl_model"] or state["sft_model"])
         after_run = f"{cycle.cycle_id}-after"
         if pending("re-evaluate"):
-            evaluate_flow.with_options(task_runner=runner)(_policy_for(cfg, candidate.path), after_run)
+            evaluate_flow.with_options(task_runner=runner)(served(candidate.path), after_run)
+            servers.check()
             done("re-evaluate", eval_after=after_run)
         if pending("variants"):
             variant_run = None
@@ -145,8 +151,9 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
                     [state["variant_ids"], cfg.improve.variant_eval_n])]
                 if ids:
                     variant_run = f"{cycle.cycle_id}-variants"
-                    collect_flow.with_options(task_runner=runner)(_policy_for(cfg, candidate.path), variant_run,
+                    collect_flow.with_options(task_runner=runner)(served(candidate.path), variant_run,
                                                                   only_ids=ids, kind="evaluate_variants")
+                    servers.check()
             done("variants", eval_variants=variant_run)
         metric = cfg.improve.metric
         before, after = _metric(store, before_run, metric), _metric(store, after_run, metric)
@@ -163,6 +170,8 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
         signal_name = stopping.received()
         cycles.fail(store, cycle, f"stopped by {signal_name}" if signal_name else f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        servers.close()
     reporter.finish("cycle")
     facts = cycle_facts(store, cycle.cycle_id)
     return CycleSummary(cycle.cycle_id, model.model_id, candidate.model_id, metric, before, after, promoted,

@@ -18,9 +18,10 @@ def chunks(items: list[ShardItem], size: int) -> list[list[ShardItem]]:
 
 
 def record_rollouts(store: Store, items: list[ShardItem], policy: PolicyConfig, rollout: RolloutConfig,
-                    run_id: str) -> int:
+                    run_id: str, meter: progress.Throughput | None = None) -> int:
     """Run ``items`` as rollout tasks on the flow's task runner, writing each shard's episodes as it
-    finishes (so a crash loses at most the shards in flight); returns how many were written."""
+    finishes (so a crash loses at most the shards in flight); returns how many were written. ``meter``
+    counts every written episode's tokens and policy latency."""
     reporter = progress.current()
     reporter.start("episodes", "episodes", len(items))
     imports = registered_imports()  # rollout workers in other processes must register them too
@@ -30,7 +31,10 @@ def record_rollouts(store: Store, items: list[ShardItem], policy: PolicyConfig, 
     for future in as_completed(futures):
         episodes = future.result()
         written += store.write_episodes(episodes)
-        if not in_process(rollout):
-            reporter.advance("episodes", len(episodes))
+        for episode in episodes:
+            if meter is not None:
+                meter.add(episode.tokens, episode.turns, episode.latency_s)
+            if not in_process(rollout):
+                reporter.episode("episodes", episode.tokens, episode.turns, episode.latency_s)
     reporter.finish("episodes")
     return written

@@ -62,7 +62,7 @@ def rollout_shard(items: list[ShardItem], policy: PolicyConfig, rollout_cfg: Rol
 
     def finished(episode: Episode) -> None:
         episode.freeze()  # serialize here, in the worker, not in the one process that writes the store
-        reporter.advance("episodes")
+        reporter.episode("episodes", episode.tokens, episode.turns, episode.latency_s)
 
     return rollout(specs_for(items), build_policy(policy), RolloutSettings.from_config(rollout_cfg), run_id=run_id,
                    concurrency=rollout_cfg.concurrency, on_episode=finished)

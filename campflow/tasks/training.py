@@ -26,10 +26,24 @@ def start_model_task(cfg: CampflowConfig) -> str:
 
 
 @task(name="build-dataset", cache_policy=NO_CACHE)
-def build_dataset_task(cfg: CampflowConfig, run_ids: list[str]) -> str:
-    """Filter the episodes of ``run_ids`` into an SFT dataset; returns its id."""
+def build_dataset_task(cfg: CampflowConfig, run_ids: list[str], model_path: str | None = None) -> str:
+    """Filter the episodes of ``run_ids`` into an SFT dataset for the model at ``model_path``; returns its id.
+
+    A thinking model (its chat template renders ``<think>``) gets its oracle rows marked, or left out
+    with ``training.exclude_oracle_for_thinking``.
+    """
     ws = Workspace.from_config(cfg)
-    build = build_sft_dataset(ws.store, ws.path, run_ids, cfg.training.filter)
+    thinking = False
+    if model_path is not None:
+        from transformers import AutoTokenizer
+
+        from campflow.agents.local import adapter_base
+        from campflow.agents.templates import chat_format
+
+        tokenizer = AutoTokenizer.from_pretrained(adapter_base(model_path) or model_path)
+        thinking = chat_format(tokenizer.chat_template).thinking
+    build = build_sft_dataset(ws.store, ws.path, run_ids, cfg.training.filter, thinking=thinking,
+                              exclude_oracle=cfg.training.exclude_oracle_for_thinking)
     return build.dataset_id
 
 

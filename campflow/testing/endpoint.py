@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import itertools
 import json
 import random
@@ -33,7 +34,9 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.base import Action, Instance
 from campflow.serialization import from_json, to_json
 
-Script = Callable[[dict[str, Any]], dict[str, Any]]
+# the assistant message for a request (or an awaitable of it); optional "usage" and "finish_reason" keys
+# are taken out of the message and answered as the response's own
+Script = Callable[[dict[str, Any]], Any]
 
 
 class OracleScript:
@@ -112,16 +115,23 @@ class ScriptedEndpoint:
         fail_rate: share of requests answered with HTTP 500 or 429 (chosen at random).
         stall_rate: share of requests that wait ``stall_s`` before answering (past a client's timeout).
         seed: seeds the fault and stall draws.
+        model: the served model's name.
+        strict_models: answer HTTP 404 for a request naming neither ``model`` nor a loaded LoRA adapter
+            (as vLLM does); off, any name is served.
     """
 
     def __init__(self, script: Script, *, latency: float = 0.0, fail_rate: float = 0.0, stall_rate: float = 0.0,
-                 stall_s: float = 30.0, seed: int = 0, model: str = "scripted") -> None:
+                 stall_s: float = 30.0, seed: int = 0, model: str = "scripted", strict_models: bool = False) -> None:
         self.script, self.latency = script, latency
+        self.strict_models = strict_models
         self.fail_rate, self.stall_rate, self.stall_s = fail_rate, stall_rate, stall_s
         self.model = model
         self.rng = random.Random(seed)
         self.requests = self.failures = self.stalls = 0
         self.last_headers: Mapping[str, str] = {}  # of the latest chat-completions request
+        self.adapters: dict[str, str] = {}  # LoRA adapters loaded at runtime: name -> path
+        self.lora_log: list[tuple[str, str, str | None]] = []  # ("load" | "unload", name, path)
+        self.served_as: list[str] = []  # the model named by each chat-completions request
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -137,6 +147,10 @@ class ScriptedEndpoint:
         self.requests += 1
         self.last_headers = request.headers
         body = from_json(await request.read())
+        self.served_as.append(body.get("model"))
+        if self.strict_models and body.get("model") not in (self.model, *self.adapters):  # as vLLM does
+            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                                "type": "NotFoundError"}}, status=404)
         roll = self.rng.random()
         if roll < self.fail_rate:
             self.failures += 1
@@ -149,23 +163,51 @@ class ScriptedEndpoint:
         if self.latency:
             await asyncio.sleep(self.latency)
         message = self.script(body)
-        prompt_chars = sum(len(to_json(m.get("content") or "")) for m in body["messages"])
-        completion_chars = len(to_json(message))
-        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        if inspect.isawaitable(message):  # a script that generates (serve_model) awaits its model
+            message = await message
+        # a script may say what the reply cost and why it ended; otherwise both are estimated
+        message = dict(message)
+        usage, finish = message.pop("usage", None), message.pop("finish_reason", None)
+        if usage is None:
+            prompt_chars = sum(len(to_json(m.get("content") or "")) for m in body["messages"])
+            completion_chars = len(to_json(message))
+            usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
+                     "total_tokens": (prompt_chars + completion_chars) // 4}
+        finish = finish or ("tool_calls" if message.get("tool_calls") else "stop")
         return web.json_response(dumps=_dumps, data={
             "id": f"chatcmpl-{self.requests}", "object": "chat.completion", "created": 0, "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
-                      "total_tokens": (prompt_chars + completion_chars) // 4},
+            "usage": usage,
         })
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        return web.json_response({"object": "list", "data": [{"id": name, "object": "model"}
+                                                             for name in (self.model, *self.adapters)]})
+
+    async def _load_lora(self, request: web.Request) -> web.Response:
+        """vLLM's runtime LoRA loading: the adapter is served under ``lora_name`` from then on."""
+        body = from_json(await request.read())
+        if body.get("lora_name") in self.adapters:
+            return web.json_response({"error": {"message": f"The lora adapter '{body['lora_name']}' has already "
+                                                "been loaded.", "type": "InvalidUserInput"}}, status=400)
+        self.adapters[body["lora_name"]] = body["lora_path"]
+        self.lora_log.append(("load", body["lora_name"], body["lora_path"]))
+        return web.Response(text=f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
+
+    async def _unload_lora(self, request: web.Request) -> web.Response:
+        body = from_json(await request.read())
+        if self.adapters.pop(body.get("lora_name"), None) is None:
+            return web.json_response({"error": {"message": f"The lora adapter '{body.get('lora_name')}' cannot "
+                                                "be found.", "type": "NotFoundError"}}, status=404)
+        self.lora_log.append(("unload", body["lora_name"], None))
+        return web.Response(text=f"Success: LoRA adapter '{body['lora_name']}' removed successfully.")
 
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/load_lora_adapter", self._load_lora)
+        app.router.add_post("/v1/unload_lora_adapter", self._unload_lora)
         return app
 
     async def start_async(self, port: int = 0) -> None:

@@ -54,7 +54,7 @@ class DatasetBuild:
 
 
 _EPISODES_SQL = """
-    SELECT e.episode_id, e.run_id, e.instance_id, e.bootcamp, e.level, e.reward, e.success, e.termination,
+    SELECT e.episode_id, e.run_id, e.model_id, e.instance_id, e.bootcamp, e.level, e.reward, e.success, e.termination,
            e.turns, e.invalid_calls, e.transcript, i.split, i.seed, i.params, i.version
     FROM episodes e LEFT JOIN instances i USING (instance_id)
     WHERE e.run_id IN ({marks})
@@ -141,17 +141,34 @@ def dataset_id(kind: str, episode_ids: Sequence[str], cfg: FilterConfig) -> str:
     return f"{kind}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
 
-def build_sft_dataset(store: Store, workspace: Path, run_ids: Sequence[str], cfg: FilterConfig) -> DatasetBuild:
-    """Filter the episodes of ``run_ids`` into an SFT dataset, save it and record it in ``datasets``."""
+def _from_oracle(row: dict[str, Any]) -> bool:
+    """Whether the oracle (its grounded demonstrator, or its noisy variant ``noisy(...)``) played the
+    episode: no reasoning in it."""
+    model_id = str(row.get("model_id") or "")
+    return model_id in ("oracle", "demonstrator") or model_id.startswith("noisy(")
+
+
+def build_sft_dataset(store: Store, workspace: Path, run_ids: Sequence[str], cfg: FilterConfig, *,
+                      thinking: bool = False, exclude_oracle: bool = False) -> DatasetBuild:
+    """Filter the episodes of ``run_ids`` into an SFT dataset, save it and record it in ``datasets``.
+
+    Each row says which ``teacher`` wrote it (the episode's model id: ``oracle``, a checkpoint, an endpoint
+    model). For a ``thinking`` model, oracle rows (no reasoning) are marked ``oracle_no_reasoning`` and,
+    with ``exclude_oracle``, left out; model rows keep each turn's reasoning as ``reasoning_content``,
+    which Qwen3-style templates render.
+    """
     import datasets
 
     eval_ids = store.eval_ids()
-    kept, dropped = select(candidate_episodes(store, run_ids), cfg, eval_ids)
+    candidates = candidate_episodes(store, run_ids)
+    if thinking and exclude_oracle:
+        candidates = [r for r in candidates if not _from_oracle(r)]
+    kept, dropped = select(candidates, cfg, eval_ids)
     if not kept:
         raise EmptyDatasetError(f"no episode of run(s) {', '.join(run_ids)} passed the filter "
                                 f"(dropped: {dict(dropped) or 'none found'})")
     assert_not_eval((r["instance_id"] for r in kept), eval_ids, what="the SFT dataset")
-    ds_id = dataset_id("sft", [r["episode_id"] for r in kept], cfg)
+    ds_id = dataset_id("sft" if not thinking else "sft-thinking", [r["episode_id"] for r in kept], cfg)
     path = workspace / "datasets" / ds_id
     per_bootcamp = dict(Counter(r["bootcamp"] for r in kept))
     existing = store.query("SELECT path FROM datasets WHERE dataset_id = ?", [ds_id])
@@ -159,11 +176,13 @@ def build_sft_dataset(store: Store, workspace: Path, run_ids: Sequence[str], cfg
         return DatasetBuild(ds_id, "sft", path, len(kept), per_bootcamp, dict(dropped), reused=True)
     rows = [{"messages": r["messages"], "tools": json.dumps(_tools(r)), "episode_id": r["episode_id"],
              "instance_id": r["instance_id"], "bootcamp": r["bootcamp"], "level": r["level"] or 0,
-             "reward": float(r["reward"])} for r in kept]
+             "reward": float(r["reward"]), "teacher": str(r["model_id"]),
+             "oracle_no_reasoning": thinking and _from_oracle(r)} for r in kept]
     features = datasets.Features({
         "messages": datasets.List(datasets.Json()), "tools": datasets.Value("string"),
         "episode_id": datasets.Value("string"), "instance_id": datasets.Value("string"),
         "bootcamp": datasets.Value("string"), "level": datasets.Value("int32"), "reward": datasets.Value("float64"),
+        "teacher": datasets.Value("string"), "oracle_no_reasoning": datasets.Value("bool"),
     })
     if not path.exists():  # the id is a content hash: an existing folder already holds these rows
         tmp = path.with_name(path.name + ".partial")
