@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -30,27 +31,40 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     cfg = load_config(write_tiny_config(tmp_path / "ws"), env={})
     summary = improve(cfg, cycle_id="c1")
     db = cfg.workspace.db_path
-    status, before, after, promoted, candidate = _sql(
-        db, "SELECT status, before_value, after_value, promoted, candidate_model_id FROM cycles")[0]
+    status, before, after, promoted, candidate, decision = _sql(
+        db, "SELECT status, before_value, after_value, promoted, candidate_model_id, decision FROM cycles")[0]
     assert status == "completed" and candidate == summary.candidate_id
-    assert (before, after, promoted) == (summary.before, summary.after, summary.after > summary.before)
+    assert (before, after, promoted, decision) == (summary.before, summary.after, summary.promoted, summary.decision)
+    assert decision.startswith("pass_rate ") and ("improve.min_improvement" in decision or promoted)
+    state = json.loads(_sql(db, "SELECT state FROM cycles")[0][0])
     kinds = dict(_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind"))
-    assert kinds == {"base": 1, "sft": 1, "rl": 1}
+    trained_rl = bool(state["rl_prompts"])  # RL runs only when the SFT checkpoint has a learnable band
+    assert kinds == {"base": 1, "sft": 1, **({"rl": 1} if trained_rl else {})}
     lineage = _sql(db, f"SELECT kind FROM checkpoint_lineage WHERE model_id = '{candidate}' ORDER BY depth")
-    assert [k for (k,) in lineage] == ["rl", "sft", "base"]
+    assert [k for (k,) in lineage] == ["rl", "sft", "base"] if trained_rl else ["sft", "base"]
     runs = dict(_sql(db, "SELECT run_id, kind FROM runs"))
     assert runs["c1-before"] == runs["c1-after"] == "evaluate" and runs["c1-collect"] == "collect"
+    assert runs["c1-rl-band"] == "calibrate"
+    outcomes = _sql(db, "SELECT outcome, count(*) FROM cycle_outcomes WHERE cycle_id = 'c1' GROUP BY ALL")
+    assert sum(n for _, n in outcomes) == 12  # every eval-split instance, before vs after
+    if state["probe_ids"]:
+        assert runs["c1-probe-before"] == runs["c1-probe-after"] == "probe"
+        probes = _sql(db, "SELECT sum(probes) FROM probe_outcomes WHERE cycle_id = 'c1'")[0][0]
+        assert probes == len(state["probe_ids"])
     assert set(summary.pass_before) == set(summary.pass_after) == {"calculator", "maze"}
     page = summary.report
     assert page.name == "index.html" and page.exists()
     pngs = sorted(p.name for p in page.parent.glob("*.png"))
-    assert {"pass_rates.png", "training.png"} <= set(pngs)
+    assert {"pass_rates.png", "training.png", "outcomes.png"} <= set(pngs)
     for png in pngs:
         assert (page.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert png in page.read_text()
-    state = json.loads(_sql(db, "SELECT state FROM cycles")[0][0])
-    assert state["done"] == ["evaluate", "mine", "synthesize", "collect", "dataset", "sft", "rl", "re-evaluate",
-                             "variants", "report", "promote"]
+    text = page.read_text()
+    assert "Status: completed" in text and html.escape(decision) in text
+    assert " ± " in text  # every difference with its standard error
+    from campflow.flows.improve import STEPS
+
+    assert state["done"] == list(STEPS)
 
 
 def _start(config: Path, *args: str) -> subprocess.Popen:
