@@ -87,14 +87,17 @@ def gate(comparisons: list[Comparison], *, metric: str, before: float, after: fl
          max_regression: float) -> Decision:
     """The promotion decision (see the module docstring); ``before``/``after`` are the metric's values."""
     overall = next((c for c in comparisons if c.bootcamp is None), None)
-    noise = f" ± {100 * overall.se:.1f} points" if overall is not None and metric == "pass_rate" else ""
-    change = f"{metric} {before:.3f} -> {after:.3f} ({after - before:+.3f}{noise})"
+    if metric == "pass_rate":
+        noise = f" ± {100 * overall.se:.1f}" if overall is not None else ""
+        change = f"pass_rate {before:.1%} -> {after:.1%} ({100 * (after - before):+.1f}{noise} points)"
+    else:
+        change = f"{metric} {before:.3f} -> {after:.3f} ({after - before:+.3f})"
     if after <= before or after - before < min_improvement:
         return Decision(False, f"{change}: not an improvement of at least improve.min_improvement = "
                                f"{min_improvement:g}")
     worst = min((c for c in comparisons if c.bootcamp is not None and c.n_before and c.n_after),
                 key=lambda c: c.delta, default=None)
-    if worst is not None and -worst.delta > max_regression:
+    if worst is not None and -worst.delta > max_regression + 1e-9:  # a drop of exactly the bound is allowed
         return Decision(False, f"{change}, but {worst.says()} fell by more than improve.max_regression = "
                                f"{max_regression:.0%}")
     return Decision(True, f"{change}; no bootcamp or level fell by more than improve.max_regression = "
