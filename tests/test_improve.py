@@ -130,11 +130,45 @@ def test_a_cycle_killed_during_evaluation_and_during_sft_resumes_without_duplica
     assert _sql(db, "SELECT count(*) - count(DISTINCT episode_id) FROM episodes") == [(0,)]
     assert _sql(db, "SELECT count(*) - count(DISTINCT variant_id) FROM variants") == [(0,)]
     assert _sql(db, "SELECT kind, count(*) FROM datasets GROUP BY kind") == [("sft", 1)]
-    assert dict(_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind")) == {"base": 1, "sft": 1, "rl": 1}
+    kinds = dict(_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind"))
+    assert kinds["base"] == kinds["sft"] == 1 and kinds.get("rl", 0) <= 1
     assert not list((ws / "models").glob("*.partial"))
     tables = [t for (t,) in _sql(db, "SELECT table_name FROM information_schema.tables")]
     for table in tables:
         _sql(db, f"SELECT count(*) FROM {table}")
+
+
+def test_two_cycles_run_the_second_from_the_firsts_promoted_model_and_a_kill_in_the_second_resumes_it(
+        tmp_path) -> None:
+    ws = tmp_path / "ws"
+    config = write_tiny_config(ws, rollout__shard_size=2, improve__rl=False, improve__curriculum_n=2,
+                               training__collect_n=4, training__sft__max_steps=4)
+    db = ws / "campflow.duckdb"
+
+    def second_evaluated() -> bool:
+        rows = _sql(db, "SELECT state FROM cycles WHERE cycle_id = 'm-2'") if db.exists() else []
+        return bool(rows) and "evaluate" in json.loads(rows[0][0]).get("done", [])
+
+    proc = _start(config, "--cycles", "2", "--cycle-id", "m")
+    _wait_until(proc, second_evaluated, "the second cycle evaluated its starting model", timeout=400)
+    _kill(proc)
+    assert _sql(db, "SELECT cycle_id, status FROM cycles ORDER BY cycle_id") == [("m-1", "completed"),
+                                                                                 ("m-2", "running")]
+    proc = _start(config, "--resume")
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-3000:]
+    assert "cycle m-2" in out and "cycle m-1" not in out  # the resumed run finishes m-2 and nothing else
+
+    rows = _sql(db, "SELECT cycle_id, status, base_model_id, candidate_model_id, promoted, decision FROM cycles "
+                    "ORDER BY cycle_id")
+    assert [(r[0], r[1]) for r in rows] == [("m-1", "completed"), ("m-2", "completed")]
+    (_, _, base1, cand1, promoted1, decision1), (_, _, base2, _, _, decision2) = rows
+    assert base2 == (cand1 if promoted1 else base1), "the second cycle starts from the last promoted model"
+    assert decision1 and decision2
+    per_run = dict(_sql(db, "SELECT run_id, count(*) FROM episodes GROUP BY run_id"))
+    assert per_run["m-2-before"] == per_run["m-2-after"] == 12
+    assert _sql(db, "SELECT count(*) - count(DISTINCT episode_id) FROM episodes") == [(0,)]
+    assert _sql(db, "SELECT count(*) FROM curriculum WHERE run_id LIKE 'm-%-probe-after'")[0][0] > 0
 
 
 def test_watch_starts_no_cycle_below_the_threshold_and_exactly_one_above(tmp_path) -> None:
