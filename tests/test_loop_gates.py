@@ -129,3 +129,13 @@ def test_the_curriculum_raises_the_train_levels_when_the_train_pass_rate_passes_
     assert (decision.level, decision.next_level, decision.pass_rate) == (1, 2, 1.0)
     assert train_levels(store, "calculator", [1, 2, 3]) == [1, 2]  # the easier level stays rehearsed
     assert store.query("SELECT level FROM curriculum_levels WHERE bootcamp = 'calculator'") == [{"level": 2}]
+
+
+def test_synthesis_rejects_a_variant_above_the_curriculum_level(store: Store) -> None:
+    proposals = [Proposal("calculator", "c1", "test", {"steps": 3, "max_operand": 40, "operations": "+-", "level": lv})
+                 for lv in (1, 2)]
+    result = validate_proposals(store, proposals, ValidationSettings(instances_per_variant=1, calibration_samples=0,
+                                                                     max_levels={"calculator": 1}))
+    kinds = {v.proposal.params["level"]: v.reject_kind for v in result.verdicts}
+    assert kinds == {1: None, 2: "above_curriculum"}
+    assert "level 2 is above calculator's curriculum level 1" in result.verdicts[1].reject_reason

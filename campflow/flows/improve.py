@@ -164,7 +164,7 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             clusters = mine_failures_task(cfg, before_run)
             done("mine", clusters=len(clusters))
         if pending("synthesize"):
-            summary = synthesize_task(cfg, before_run)
+            summary = synthesize_task(cfg, before_run, {b: max(lv) for b, lv in levels.items()})
             variant_ids = [r["variant_id"] for r in store.query(
                 "SELECT variant_id FROM variants WHERE run_id = ?", [summary["run_id"]])]
             done("synthesize", synthesis_run=summary["run_id"], variant_ids=variant_ids,

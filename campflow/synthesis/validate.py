@@ -7,6 +7,8 @@ Every proposal passes these checks in order; the first it fails is its reject re
 3. ``eval_split``: its params equal those of an eval-split instance, or an instance it generates is one;
 4. ``duplicate``: its params equal those of a recorded instance, an accepted variant or an earlier
    proposal of the same batch;
+   ``above_curriculum``: its level is above the bootcamp's curriculum level (``max_levels``), which the
+   cycle does not train at yet;
 5. ``unsolvable``: generation with fresh train seeds raises, or the oracle does not solve an instance;
 6. ``too_easy`` / ``too_hard`` (``uncalibrated`` when no episode could be measured): the current
    model's pass rate on a few episodes lies outside the learnable band.
@@ -47,6 +49,7 @@ class RejectKind(StrEnum):
     INVALID_PARAMS = "invalid_params"
     EVAL_SPLIT = "eval_split"
     DUPLICATE = "duplicate"
+    ABOVE_CURRICULUM = "above_curriculum"
     UNSOLVABLE = "unsolvable"
     TOO_EASY = "too_easy"
     TOO_HARD = "too_hard"
@@ -99,13 +102,14 @@ class ValidationSettings:
     band_max: float = 0.9
     concurrency: int = 32
     rollout: RolloutSettings = RolloutSettings()
+    max_levels: dict[str, int] | None = None  # bootcamp -> highest level trained at now; None: no limit
 
     @classmethod
     def from_config(cls, cfg: SynthesisConfig, rollout: RolloutSettings | None = None,
-                    concurrency: int = 32) -> ValidationSettings:
+                    concurrency: int = 32, max_levels: dict[str, int] | None = None) -> ValidationSettings:
         """Settings from the ``synthesis`` config section."""
         return cls(cfg.instances_per_variant, cfg.probes_per_variant, cfg.calibration_samples, cfg.band_min,
-                   cfg.band_max, concurrency, rollout or RolloutSettings())
+                   cfg.band_max, concurrency, rollout or RolloutSettings(), max_levels)
 
 
 @dataclass
@@ -211,6 +215,10 @@ def _check(proposal: Proposal, known: _KnownParams, settings: ValidationSettings
         return verdict.reject(RejectKind.DUPLICATE, f"params equal those of proposal {known.batch[key]} "
                                                     "in this batch")
     known.batch[key] = proposal.variant_id
+    ceiling = (settings.max_levels or {}).get(proposal.bootcamp)
+    if ceiling is not None and verdict.params.level > ceiling:
+        return verdict.reject(RejectKind.ABOVE_CURRICULUM, f"level {verdict.params.level} is above "
+                                                           f"{proposal.bootcamp}'s curriculum level {ceiling}")
     for seed in variant_seeds(proposal.variant_id, settings.instances_per_variant):
         problem = _solvable(bootcamp, verdict.params, seed, eval_ids, verdict)
         if problem is not None:

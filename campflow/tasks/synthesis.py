@@ -25,15 +25,16 @@ def mine_failures_task(cfg: CampflowConfig, run_id: str) -> dict[str, int]:
 
 
 @task(name="synthesize-variants", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
-def synthesize_task(cfg: CampflowConfig, run_id: str) -> dict[str, Any]:
-    """Synthesize, validate and record variants for a run's clusters, calibrated with the run's own policy.
+def synthesize_task(cfg: CampflowConfig, run_id: str, max_levels: dict[str, int] | None = None) -> dict[str, Any]:
+    """Synthesize, validate and record variants for a run's clusters, calibrated with the run's own policy;
+    ``max_levels`` (bootcamp -> curriculum level) keeps them at the levels the cycle trains at.
 
     Retrying is safe: variants decided by the first attempt are not validated again.
     """
     store = Workspace.from_config(cfg).store
     policy = build_policy(run_policy_config(store, run_id) or cfg.policy)
     summary = synthesize(store, run_id, cfg.synthesis, policy=policy, bootcamps=cfg.eval.bootcamps,
-                         rollout=RolloutSettings.from_config(cfg.rollout))
+                         rollout=RolloutSettings.from_config(cfg.rollout), max_levels=max_levels)
     return {"run_id": summary.run_id, **summary.as_dict()}
 
 
