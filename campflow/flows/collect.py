@@ -62,13 +62,15 @@ def variant_instances(ws: Workspace, bootcamp: str, n: int, variant_ids: list[st
     instances validation checked), so asking for more instances than validation made draws fresh ones;
     ``skip`` (the probes) is never returned, and params that fail to generate on a seed skip that seed.
     """
+    if n <= 0 or variant_ids == []:
+        return []
     sql = "SELECT variant_id, params FROM variants WHERE bootcamp = ? AND status = 'accepted'"
     args: list[object] = [bootcamp]
     if variant_ids is not None:
         sql += " AND variant_id IN (SELECT unnest(?))"
         args.append(list(variant_ids))
     rows = ws.store.query(sql + " ORDER BY variant_id", args)
-    if not rows or n <= 0:
+    if not rows:
         return []
     made = ws.bootcamp(bootcamp)
     per = -(-n // len(rows))  # ceil: every variant gets its share
