@@ -92,7 +92,9 @@ def gate(comparisons: list[Comparison], *, metric: str, before: float, after: fl
         change = f"pass_rate {before:.1%} -> {after:.1%} ({100 * (after - before):+.1f}{noise} points)"
     else:
         change = f"{metric} {before:.3f} -> {after:.3f} ({after - before:+.3f})"
-    if after <= before or after - before < min_improvement:
+    if after <= before:
+        return Decision(False, f"{change}: not an improvement")
+    if after - before < min_improvement:
         return Decision(False, f"{change}: not an improvement of at least improve.min_improvement = "
                                f"{min_improvement:g}")
     worst = min((c for c in comparisons if c.bootcamp is not None and c.n_before and c.n_after),
