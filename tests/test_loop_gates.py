@@ -17,7 +17,11 @@ from campflow.storage.promotion import Comparison, compare, gate
 from campflow.storage.store import Store
 from campflow.synthesis.curriculum import train_levels, update_curriculum
 from campflow.synthesis.proposals import Proposal
-from campflow.synthesis.validate import ValidationSettings, record_verdicts, validate_proposals
+from campflow.synthesis.validate import (
+    ValidationSettings,
+    record_verdicts,
+    validate_proposals,
+)
 
 
 def _accepted_variant(store: Store) -> tuple[str, list[str], list[str]]:
@@ -44,7 +48,7 @@ def test_a_planted_probe_never_reaches_a_dataset_a_collection_or_rl(store: Store
     from campflow.training.filtering import build_sft_dataset
     from campflow.training.rl import rl_instances, train_rl
 
-    vid, train, probes = _accepted_variant(store)
+    vid, _, probes = _accepted_variant(store)
     calc = registry.make("calculator")
     rows = store.query("SELECT instance_id, params, seed FROM instances WHERE split = 'probe'")
     planted = [calc.generate(json.loads(r["params"]), r["seed"]) for r in rows]

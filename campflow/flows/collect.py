@@ -14,13 +14,13 @@ from prefect import flow
 from campflow.agents.factory import policy_model_id
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_held_out, train_instances
-from campflow.storage.store import instances_to_arrow
-from campflow.synthesis.validate import variant_seeds
 from campflow.config import CampflowConfig
 from campflow.flows.evaluate import EvalSummary, new_run_id, summarize
 from campflow.flows.rollouts import record_rollouts
 from campflow.flows.runners import task_runner
+from campflow.storage.store import instances_to_arrow
 from campflow.storage.workspace import Workspace
+from campflow.synthesis.validate import variant_seeds
 from campflow.tasks.rollout import shard_items
 
 
@@ -82,7 +82,7 @@ def variant_instances(ws: Workspace, bootcamp: str, n: int, variant_ids: list[st
             seed = variant_seeds(r["variant_id"], k + 1)[k]
             try:
                 inst = made.generate(json.loads(r["params"]), seed)
-            except Exception:  # noqa: BLE001  (a seed these params cannot generate on is skipped)
+            except Exception:  # noqa: BLE001, S112  (a seed these params cannot generate on is skipped)
                 continue
             if inst.id not in skip:
                 out.append((r["variant_id"], inst))

@@ -24,13 +24,13 @@ from pathlib import Path
 from prefect import flow
 
 from campflow import progress
+from campflow.bootcamps.splits import train_instances
 from campflow.config import CampflowConfig, as_config
 from campflow.errors import CampflowError
 from campflow.flows import band
 from campflow.flows.collect import collect_flow
 from campflow.flows.evaluate import evaluate_flow
 from campflow.flows.runners import task_runner
-from campflow.bootcamps.splits import train_instances
 from campflow.report.facts import cycle_facts
 from campflow.report.page import write_report
 from campflow.storage import cycles
@@ -39,8 +39,17 @@ from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
 from campflow.storage.workspace import Workspace
 from campflow.synthesis.curriculum import current_level, train_levels
-from campflow.tasks.synthesis import mine_failures_task, synthesize_task, update_curriculum_task
-from campflow.tasks.training import build_dataset_task, rl_task, sft_task, start_model_task
+from campflow.tasks.synthesis import (
+    mine_failures_task,
+    synthesize_task,
+    update_curriculum_task,
+)
+from campflow.tasks.training import (
+    build_dataset_task,
+    rl_task,
+    sft_task,
+    start_model_task,
+)
 from campflow.training import checkpoints
 
 STEPS = ("evaluate", "mine", "synthesize", "probe-before", "collect", "dataset", "sft", "rl-band", "rl",
