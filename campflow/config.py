@@ -171,7 +171,13 @@ class RLConfig(Section):
     temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts")
     max_completion_length: int = Field(384, ge=8, description="tokens the model may write per rollout, all turns")
     max_tool_calling_iterations: int = Field(12, ge=1, description="tool rounds per rollout")
-    instances_per_bootcamp: int = Field(256, ge=1, description="train-split instances offered per bootcamp")
+    instances_per_bootcamp: int = Field(256, ge=1, description="train-split instances per bootcamp calibrated "
+                                        "for the learnable band (improve), or offered as prompts (campflow train)")
+    band_samples: int = Field(4, ge=2, description="improve: samples per instance (at the RL temperature) to find "
+                              "the learnable band, 0 < pass@k < 1, and to measure RL's effect on held-out band "
+                              "instances")
+    band_holdout: float = Field(0.25, ge=0, lt=1, description="improve: share of the band held out of RL to "
+                                "measure the SFT and RL checkpoints on")
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass to save "
                                          "memory (large models)")
     per_device_batch_size: int | None = Field(None, ge=1, description="completions per device per step; null: "
@@ -255,6 +261,10 @@ class SynthesisConfig(Section):
     max_clusters: int = Field(8, ge=1, le=100, description="most clusters per bootcamp (the data picks how many)")
     exemplars: int = Field(3, ge=1, le=20, description="exemplar episodes kept per cluster")
     instances_per_variant: int = Field(4, ge=1, le=1000, description="train instances generated per variant")
+    probes_per_variant: int = Field(2, ge=0, le=1000, description="held-out probe instances (split probe, fresh "
+                                    "seeds) per accepted variant: before/after of the cycle, never trained on")
+    share: float = Field(0.5, ge=0, le=1, description="fraction of the instances collected per bootcamp that "
+                         "come from this cycle's accepted variants (the rest are generated at curriculum levels)")
     calibration_samples: int = Field(4, ge=0, le=1000, description="episodes per variant to estimate the "
                                      "current model's pass rate; 0 skips calibration")
     band_min: float = Field(0.1, ge=0, le=1, description="variants the model passes less often are too hard")
@@ -280,10 +290,18 @@ class ImproveConfig(Section):
     model: str = Field("embedded", description="model to start from when none is promoted yet: 'embedded' "
                        "(the tiny local model) or a local model folder")
     metric: Literal["pass_rate", "mean_reward"] = Field("pass_rate", description="what decides promotion")
-    min_improvement: float = Field(0.0, ge=0, le=1, description="promote only if the metric rises by more")
+    min_improvement: float = Field(0.0, ge=0, le=1, description="promote only if the metric rises by more than "
+                                   "nothing and by at least this")
+    max_regression: float = Field(0.05, ge=0, le=1, description="promote only if no bootcamp and no level of one "
+                                  "falls by more than this on the eval split (pass rate)")
+    cycles: int = Field(1, ge=1, le=1000, description="cycles `campflow improve` runs, each from the last "
+                        "promoted model")
     rl: bool = Field(True, description="run RL after SFT (off: the SFT checkpoint is the candidate)")
-    eval_variants: bool = Field(True, description="also evaluate the candidate on the accepted variants")
-    variant_eval_n: int = Field(64, ge=1, description="most variant instances that evaluation runs")
+    eval_variants: bool = Field(True, description="run the starting model and the candidate on the accepted "
+                                "variants' held-out probes")
+    variant_eval_n: int = Field(64, ge=1, description="most probe instances each of the two models runs on")
+    curriculum_n: int = Field(8, ge=0, description="fresh train instances per bootcamp, at its curriculum level, "
+                              "the candidate plays so the curriculum can step; 0: probes only")
     reports_dir: Path = Field(Path("reports"), description="where cycle reports are written")
     cron: str = Field("0 3 * * *", description="schedule of `campflow serve` for improve (cron, server time)")
 

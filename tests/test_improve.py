@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -30,27 +31,41 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     cfg = load_config(write_tiny_config(tmp_path / "ws"), env={})
     summary = improve(cfg, cycle_id="c1")
     db = cfg.workspace.db_path
-    status, before, after, promoted, candidate = _sql(
-        db, "SELECT status, before_value, after_value, promoted, candidate_model_id FROM cycles")[0]
+    status, before, after, promoted, candidate, decision = _sql(
+        db, "SELECT status, before_value, after_value, promoted, candidate_model_id, decision FROM cycles")[0]
     assert status == "completed" and candidate == summary.candidate_id
-    assert (before, after, promoted) == (summary.before, summary.after, summary.after > summary.before)
+    assert (before, after, promoted, decision) == (summary.before, summary.after, summary.promoted, summary.decision)
+    assert decision.startswith("pass_rate ")
+    assert promoted or "not an improvement" in decision or "improve.max_regression" in decision
+    state = json.loads(_sql(db, "SELECT state FROM cycles")[0][0])
     kinds = dict(_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind"))
-    assert kinds == {"base": 1, "sft": 1, "rl": 1}
+    trained_rl = bool(state["rl_prompts"])  # RL runs only when the SFT checkpoint has a learnable band
+    assert kinds == {"base": 1, "sft": 1, **({"rl": 1} if trained_rl else {})}
     lineage = _sql(db, f"SELECT kind FROM checkpoint_lineage WHERE model_id = '{candidate}' ORDER BY depth")
-    assert [k for (k,) in lineage] == ["rl", "sft", "base"]
+    assert [k for (k,) in lineage] == ["rl", "sft", "base"] if trained_rl else ["sft", "base"]
     runs = dict(_sql(db, "SELECT run_id, kind FROM runs"))
     assert runs["c1-before"] == runs["c1-after"] == "evaluate" and runs["c1-collect"] == "collect"
+    assert runs["c1-rl-band"] == "calibrate"
+    outcomes = _sql(db, "SELECT outcome, count(*) FROM cycle_outcomes WHERE cycle_id = 'c1' GROUP BY ALL")
+    assert sum(n for _, n in outcomes) == 12  # every eval-split instance, before vs after
+    if state["probe_ids"]:
+        assert runs["c1-probe-before"] == runs["c1-probe-after"] == "probe"
+        probes = _sql(db, "SELECT sum(probes) FROM probe_outcomes WHERE cycle_id = 'c1'")[0][0]
+        assert probes == len(state["probe_ids"])
     assert set(summary.pass_before) == set(summary.pass_after) == {"calculator", "maze"}
     page = summary.report
     assert page.name == "index.html" and page.exists()
     pngs = sorted(p.name for p in page.parent.glob("*.png"))
-    assert {"pass_rates.png", "training.png"} <= set(pngs)
+    assert {"pass_rates.png", "training.png", "outcomes.png"} <= set(pngs)
     for png in pngs:
         assert (page.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert png in page.read_text()
-    state = json.loads(_sql(db, "SELECT state FROM cycles")[0][0])
-    assert state["done"] == ["evaluate", "mine", "synthesize", "collect", "dataset", "sft", "rl", "re-evaluate",
-                             "variants", "report", "promote"]
+    text = page.read_text()
+    assert "Status: completed" in text and html.escape(decision) in text
+    assert " ± " in text  # every difference with its standard error
+    from campflow.flows.improve import STEPS
+
+    assert state["done"] == list(STEPS)
 
 
 def _start(config: Path, *args: str, stderr: int = subprocess.STDOUT) -> subprocess.Popen:
@@ -123,11 +138,45 @@ def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resu
     assert _sql(db, "SELECT count(*) - count(DISTINCT episode_id) FROM episodes") == [(0,)]
     assert _sql(db, "SELECT count(*) - count(DISTINCT variant_id) FROM variants") == [(0,)]
     assert _sql(db, "SELECT kind, count(*) FROM datasets GROUP BY kind") == [("sft", 1)]
-    assert dict(_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind")) == {"base": 1, "sft": 1, "rl": 1}
+    kinds = dict(_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind"))
+    assert kinds["base"] == kinds["sft"] == 1 and kinds.get("rl", 0) <= 1
     assert not list((ws / "models").glob("*.partial"))
     tables = [t for (t,) in _sql(db, "SELECT table_name FROM information_schema.tables")]
     for table in tables:
         _sql(db, f"SELECT count(*) FROM {table}")
+
+
+def test_two_cycles_run_the_second_from_the_firsts_promoted_model_and_a_kill_in_the_second_resumes_it(
+        tmp_path) -> None:
+    ws = tmp_path / "ws"
+    config = write_tiny_config(ws, rollout__shard_size=2, improve__rl=False, improve__curriculum_n=2,
+                               training__collect_n=4, training__sft__max_steps=4)
+    db = ws / "campflow.duckdb"
+
+    def second_evaluated() -> bool:
+        rows = _sql(db, "SELECT state FROM cycles WHERE cycle_id = 'm-2'") if db.exists() else []
+        return bool(rows) and "evaluate" in json.loads(rows[0][0]).get("done", [])
+
+    proc = _start(config, "--cycles", "2", "--cycle-id", "m")
+    _wait_until(proc, second_evaluated, "the second cycle evaluated its starting model", timeout=400)
+    _kill(proc)
+    assert _sql(db, "SELECT cycle_id, status FROM cycles ORDER BY cycle_id") == [("m-1", "completed"),
+                                                                                 ("m-2", "running")]
+    proc = _start(config, "--resume")
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out[-3000:]
+    assert "cycle m-2" in out and "cycle m-1" not in out  # the resumed run finishes m-2 and nothing else
+
+    rows = _sql(db, "SELECT cycle_id, status, base_model_id, candidate_model_id, promoted, decision FROM cycles "
+                    "ORDER BY cycle_id")
+    assert [(r[0], r[1]) for r in rows] == [("m-1", "completed"), ("m-2", "completed")]
+    (_, _, base1, cand1, promoted1, decision1), (_, _, base2, _, _, decision2) = rows
+    assert base2 == (cand1 if promoted1 else base1), "the second cycle starts from the last promoted model"
+    assert decision1 and decision2
+    per_run = dict(_sql(db, "SELECT run_id, count(*) FROM episodes GROUP BY run_id"))
+    assert per_run["m-2-before"] == per_run["m-2-after"] == 12
+    assert _sql(db, "SELECT count(*) - count(DISTINCT episode_id) FROM episodes") == [(0,)]
+    assert _sql(db, "SELECT count(*) FROM curriculum WHERE run_id LIKE 'm-%-probe-after'")[0][0] > 0
 
 
 def test_watch_starts_no_cycle_below_the_threshold_and_exactly_one_above(tmp_path) -> None:

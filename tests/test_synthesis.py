@@ -196,8 +196,11 @@ def test_llm_synthesizer_accepts_and_rejects_each_reply_exactly_as_expected(stor
     accepted_instances = {i for r in rows if r["status"] == "accepted" for i in r["instance_ids"]}
     synthesized = store.query("SELECT i.instance_id, i.split, v.status FROM instances i JOIN variants v "
                               "USING (variant_id) WHERE i.origin = 'synthesized'")
-    assert {r["instance_id"] for r in synthesized} == accepted_instances and len(accepted_instances) == 4
-    assert {(r["split"], r["status"]) for r in synthesized} == {("train", "accepted")}
+    trained = {r["instance_id"] for r in synthesized if r["split"] == "train"}
+    assert trained == accepted_instances and len(accepted_instances) == 4
+    probes = {r["instance_id"] for r in synthesized if r["split"] == "probe"}  # held out, from fresh seeds
+    assert len(probes) == 2 * 2 and not probes & accepted_instances
+    assert {(r["split"], r["status"]) for r in synthesized} == {("train", "accepted"), ("probe", "accepted")}
     assert not accepted_instances & store.eval_ids()
 
     first = requests[0]

@@ -4,6 +4,8 @@ Eval instances come from a reserved seed range: the i-th eval instance of a boot
 ``levels[i % len(levels)]`` with seed ``EVAL_SEED_BASE + i``. Asking for ``n`` eval instances takes
 the first ``n``, so a smaller evaluation is always a prefix of a larger one. Training, teacher
 collection and synthesis draw seeds below ``EVAL_SEED_BASE``; :func:`assert_not_eval` checks ids.
+A synthesized variant's probe instances (split ``probe``) have train-range seeds but are held out
+like the eval split: :func:`assert_not_held_out` checks both.
 """
 
 from __future__ import annotations
@@ -70,4 +72,17 @@ def assert_not_eval(instance_ids: Iterable[str], eval_ids: set[str], what: str =
         raise SplitLeakError(
             f"{what} would include {len(leaked)} eval-split instance(s), e.g. {leaked[0]}; "
             "eval instances are never trained on"
+        )
+
+
+def assert_not_held_out(instance_ids: Iterable[str], eval_ids: set[str], probe_ids: set[str],
+                        what: str = "dataset") -> None:
+    """Raise SplitLeakError if any id belongs to the eval split or is a variant's probe instance."""
+    ids = set(instance_ids)
+    assert_not_eval(ids, eval_ids, what=what)
+    leaked = sorted(ids & probe_ids)
+    if leaked:
+        raise SplitLeakError(
+            f"{what} would include {len(leaked)} probe instance(s), e.g. {leaked[0]}; probes measure a "
+            "variant's gain and are never trained on"
         )

@@ -28,7 +28,7 @@ def print_cycle(summary) -> None:  # noqa: ANN001
     console.print(table(["bootcamp", f"before ({summary.model_id})", f"after ({summary.candidate_id})", "change"],
                         rows, title=f"cycle {summary.cycle_id} on the eval split"))
     verdict = "[green]promoted[/]" if summary.promoted else "[yellow]not promoted[/] (the current model stays)"
-    console.print(f"candidate {summary.candidate_id}: {verdict}")
+    console.print(f"candidate {summary.candidate_id}: {verdict}: {summary.decision}")
     console.print(f"report: {summary.report}")
 
 
@@ -41,11 +41,13 @@ def improve(
     resume: bool = typer.Option(False, "--resume", help="continue the latest unfinished cycle (or --cycle-id)"),
     cycle_id: str | None = typer.Option(None, "--cycle-id", help="name a new cycle, or the one to resume"),
     start: str | None = typer.Option(None, "--from", help="improve.model: 'embedded' or a local model folder"),
+    n_cycles: int | None = typer.Option(None, "--cycles", min=1, help="improve.cycles: cycles to run, each from "
+                                        "the last promoted model"),
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
-    """One improvement cycle: evaluate, mine, synthesize, collect, SFT, RL, re-evaluate, promote."""
-    cfg = config_with(config, db, **{"improve.model": start})
+    """Improvement cycles: evaluate, mine, synthesize, collect, SFT, RL, re-evaluate, promote (if it passes the gate)."""
+    cfg = config_with(config, db, **{"improve.model": start, "improve.cycles": n_cycles})
     from campflow.storage import cycles
     from campflow.storage.workspace import Workspace
 
@@ -67,7 +69,8 @@ def improve(
     with RichReporter(console) as reporter, progress.use(reporter):
         reporter.note("starting Prefect (the first flow on a fresh ephemeral API takes ~10 s)")
         summary = run_improve(cfg, cycle_id, resume)
-    print_cycle(summary)
+    for each in [*summary.earlier, summary]:
+        print_cycle(each)
 
 
 def cycle_progress(db_path: Path, cycle_id: str | None, resume: str) -> str:
@@ -157,6 +160,6 @@ def cycles(config: Path | None = ConfigOption, db: Path | None = DbOption) -> No
 
     result = run_sql(cfg.workspace.db_path,
                      "SELECT cycle_id, status, step, base_model_id, candidate_model_id, metric, "
-                     "round(before_value, 4) AS before, round(after_value, 4) AS after, promoted, "
+                     "round(before_value, 4) AS before, round(after_value, 4) AS after, promoted, decision, "
                      "strftime(started_at, '%Y-%m-%d %H:%M') AS started FROM cycles ORDER BY started_at DESC")
     console.print(table(result.columns, result.rows, title="cycles"))

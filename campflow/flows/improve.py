@@ -1,26 +1,33 @@
-"""The ``improve`` flow: one full cycle, ending in a before/after report and a promotion decision.
+"""The ``improve`` flow: improvement cycles, each ending in a before/after report and a gated promotion.
 
-evaluate the current model on the eval split -> mine and cluster its failures -> synthesize variants
-aimed at them -> collect teacher trajectories on training instances (the variants included) -> filter
--> SFT -> RL -> re-evaluate the candidate on the same eval split and on the accepted variants ->
-report -> promote the candidate only if it is better on the configured metric.
+One cycle: evaluate the current model on the eval split -> mine and cluster its failures -> synthesize
+variants aimed at them (each with held-out probes) -> run the current model on the probes -> collect
+teacher trajectories at the curriculum's levels, ``synthesis.share`` of them on the variants -> filter
+-> SFT -> find the SFT checkpoint's learnable band -> RL on it -> measure SFT vs RL on held-out band
+instances -> re-evaluate the candidate on the same eval split and on the probes -> step the curriculum
+-> promote the candidate only if it passes the gate (:mod:`campflow.storage.promotion`) -> report.
+``improve.cycles`` cycles run in a row, each from the last promoted model.
 
 Every step's output lives in the store and is recorded in the cycle's state as soon as the step
 completes; every step is idempotent (fixed run ids complete only what is missing, datasets and
 checkpoints have content ids). So a cycle killed at any point resumes from its last completed step
-(``campflow improve --resume``) without duplicating episodes, variants, datasets or checkpoints.
+(``campflow improve --resume``) without duplicating episodes, variants, datasets or checkpoints, and a
+series of cycles continues with the cycles it has left.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prefect import flow
 
 from campflow import progress, stopping
+from campflow.bootcamps.splits import train_instances
 from campflow.config import CampflowConfig, as_config
 from campflow.errors import CampflowError
+from campflow.flows import band
 from campflow.flows.collect import collect_flow
 from campflow.flows.evaluate import evaluate_flow
 from campflow.flows.runners import task_runner
@@ -29,15 +36,26 @@ from campflow.report.facts import cycle_facts
 from campflow.report.page import write_report
 from campflow.serving import CheckpointServers
 from campflow.storage import cycles
+from campflow.storage.promotion import compare, gate
 from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
 from campflow.storage.workspace import Workspace
-from campflow.tasks.synthesis import mine_failures_task, synthesize_task
-from campflow.tasks.training import build_dataset_task, rl_task, sft_task, start_model_task
+from campflow.synthesis.curriculum import current_level, train_levels
+from campflow.tasks.synthesis import (
+    mine_failures_task,
+    synthesize_task,
+    update_curriculum_task,
+)
+from campflow.tasks.training import (
+    build_dataset_task,
+    rl_task,
+    sft_task,
+    start_model_task,
+)
 from campflow.training import checkpoints
 
-STEPS = ("evaluate", "mine", "synthesize", "collect", "dataset", "sft", "rl", "re-evaluate", "variants",
-         "report", "promote")
+STEPS = ("evaluate", "mine", "synthesize", "probe-before", "collect", "dataset", "sft", "rl-band", "rl",
+         "rl-effect", "re-evaluate", "probe-after", "curriculum", "promote", "report")
 
 
 @dataclass
@@ -54,6 +72,8 @@ class CycleSummary:
     pass_before: dict[str, float]
     pass_after: dict[str, float]
     report: Path
+    decision: str = ""
+    earlier: list[CycleSummary] = field(default_factory=list)  # the cycles before it in the same run
 
 
 def _metric(store: Store, run_id: str, metric: str) -> float:
@@ -63,22 +83,57 @@ def _metric(store: Store, run_id: str, metric: str) -> float:
     return float(value or 0.0)
 
 
+def _series(store: Store, cycle_id: str | None, resume: bool, count: int) -> tuple[cycles.Cycle, list[str]]:
+    """The cycle to run now and the ids of the cycles of its series still to come after it."""
+    if resume:
+        cycle = cycles.load(store, cycle_id) if cycle_id else cycles.latest_unfinished(store)
+        if cycle is None:
+            last = store.scalar("SELECT cycle_id FROM cycles ORDER BY started_at DESC LIMIT 1")
+            series = cycles.load(store, last).state.get("series") if last else None
+            if not series or series["index"] >= len(series["ids"]) - 1:
+                raise CampflowError("no unfinished cycle to resume; start one with `campflow improve`")
+            nxt = series["index"] + 1  # killed between two cycles of a series: start the next one
+            cycle = cycles.start(store, series["ids"][nxt])
+            cycles.save_step(store, cycle, "start", series={"ids": series["ids"], "index": nxt})
+        series = cycle.state.get("series") or {"ids": [cycle.cycle_id], "index": 0}
+        return cycle, series["ids"][series["index"] + 1:]
+    base = cycle_id or cycles.new_cycle_id()
+    ids = [base] if count == 1 else [f"{base}-{i}" for i in range(1, count + 1)]
+    cycle = cycles.start(store, ids[0])
+    cycles.save_step(store, cycle, "start", series={"ids": ids, "index": 0})
+    return cycle, ids[1:]
+
+
 @flow(name="improve", log_prints=False, validate_parameters=False)
 @stopping.unwinding
-def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False) -> CycleSummary:
-    """Run (or resume) one improvement cycle. ``cfg`` may also be a dict or a YAML path (a deployment's parameters)."""
+def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False,
+                 cycles_n: int | None = None) -> CycleSummary:
+    """Run (or resume) ``cycles_n`` (default ``improve.cycles``) improvement cycles; returns the last's summary.
+
+    ``cfg`` may also be a dict or a YAML path (a deployment's parameters). With more than one cycle their
+    ids are ``<cycle_id>-1``, ``<cycle_id>-2``, ...; ``resume`` finishes the interrupted cycle and then
+    runs the ones its series has left.
+    """
     cfg = as_config(cfg)
     ws = Workspace.from_config(cfg)
     store = ws.store
     cfg = cfg.model_copy(deep=True)
     cfg.eval.bootcamps = ws.names(cfg.eval.bootcamps)  # a schedule's "all" or a typo is resolved here too
     cfg.training.bootcamps = list(cfg.eval.bootcamps)  # train on what is evaluated
-    if resume:
-        cycle = cycles.load(store, cycle_id) if cycle_id else cycles.latest_unfinished(store)
-        if cycle is None:
-            raise CampflowError("no unfinished cycle to resume; start one with `campflow improve`")
-    else:
-        cycle = cycles.start(store, cycle_id)
+    cycle, rest = _series(store, cycle_id, resume, cycles_n or cfg.improve.cycles)
+    summaries = [_run_cycle(cfg, store, cycle)]
+    for nxt in rest:
+        series = cycle.state["series"]
+        cycle = cycles.start(store, nxt)
+        cycles.save_step(store, cycle, "start", series={"ids": series["ids"], "index": series["index"] + 1})
+        summaries.append(_run_cycle(cfg, store, cycle))
+    last = summaries[-1]
+    last.earlier = summaries[:-1]
+    return last
+
+
+def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleSummary:
+    """One cycle from its first step not yet done."""
     state = cycle.state
     runner = task_runner(cfg.rollout)  # subflows fan out as the config says, not with Prefect's default
     # one server per checkpoint (serving: launch / endpoint), shared by the steps that evaluate it and
@@ -107,9 +162,12 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
         if "model" not in state:
             current = cycles.promoted_model(store) or start_model_task(cfg)
             cycle.base_model_id = current
-            cycles.save_step(store, cycle, "start", model=current)
+            # the train-side levels are fixed for the whole cycle when it starts, so a resume keeps them
+            levels = {b: train_levels(store, b, cfg.training.levels) for b in cfg.training.bootcamps}
+            cycles.save_step(store, cycle, "start", model=current, levels=levels)
         model = checkpoints.get(store, state["model"])
         cycle.base_model_id = model.model_id
+        levels = state["levels"]
         before_run = f"{cycle.cycle_id}-before"
         if pending("evaluate"):
             evaluate_flow.with_options(task_runner=runner)(served(model.path), before_run)
@@ -120,51 +178,78 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
             done("mine", clusters=len(clusters))
         if pending("synthesize"):
             calibrating = served(model.path).policy if cfg.synthesis.calibration_samples else None
-            summary = synthesize_task(cfg, before_run, calibrating)
+            summary = synthesize_task(cfg, before_run, calibrating, {b: max(lv) for b, lv in levels.items()})
             servers.check()
             variant_ids = [r["variant_id"] for r in store.query(
                 "SELECT variant_id FROM variants WHERE run_id = ?", [summary["run_id"]])]
             done("synthesize", synthesis_run=summary["run_id"], variant_ids=variant_ids,
                  accepted=summary["accepted"])
+        if pending("probe-before"):
+            ids = _probe_ids(store, cfg, state.get("variant_ids") or [])
+            run = None
+            if ids:
+                run = f"{cycle.cycle_id}-probe-before"
+                collect_flow.with_options(task_runner=runner)(served(model.path), run, only_ids=ids,
+                                                              kind="probe", samples=cfg.eval.samples)
+                servers.check()
+            done("probe-before", probe_before=run, probe_ids=ids)
         if pending("collect"):
-            runs = collect_teachers(cfg, servers, model.path, cycle.cycle_id, runner)
+            runs = collect_teachers(cfg, servers, model.path, cycle.cycle_id, runner,
+                                    variant_ids=state.get("variant_ids") or [], levels=levels)
             done("collect", collect_run=runs[0], collect_runs=runs)
         if pending("dataset"):
             done("dataset", dataset=build_dataset_task(cfg, state.get("collect_runs") or [state["collect_run"]],
                                                        str(model.path)))
         if pending("sft"):
             done("sft", sft_model=sft_task(cfg, model.model_id, state["dataset"]))
+        sft = checkpoints.get(store, state["sft_model"])
+        if pending("rl-band"):
+            found = band.find_band(cfg, runner, sft.path, f"{cycle.cycle_id}-rl-band", levels) if cfg.improve.rl \
+                else None
+            done("rl-band", rl_band_run=found and found.run_id, rl_calibrated=found and found.calibrated,
+                 rl_prompts=found.prompts if found else [], rl_holdout=found.holdout if found else [])
         if pending("rl"):
-            done("rl", rl_model=rl_task(cfg, state["sft_model"]) if cfg.improve.rl else None)
+            # an empty band gives GRPO nothing to learn from (every group's rewards are equal): no RL then
+            done("rl", rl_model=rl_task(cfg, state["sft_model"], state["rl_prompts"]) if state["rl_prompts"] else None)
+        if pending("rl-effect"):
+            effect = None
+            if state["rl_model"] and state["rl_holdout"]:
+                rl_path = checkpoints.get(store, state["rl_model"]).path
+                effect = {"instances": len(state["rl_holdout"]), "samples": cfg.training.rl.band_samples,
+                          "sft": band.measure(cfg, runner, sft.path, f"{cycle.cycle_id}-band-sft", state["rl_holdout"]),
+                          "rl": band.measure(cfg, runner, rl_path, f"{cycle.cycle_id}-band-rl", state["rl_holdout"])}
+            done("rl-effect", rl_effect=effect)
         candidate = checkpoints.get(store, state["rl_model"] or state["sft_model"])
         after_run = f"{cycle.cycle_id}-after"
         if pending("re-evaluate"):
             evaluate_flow.with_options(task_runner=runner)(served(candidate.path), after_run)
             servers.check()
             done("re-evaluate", eval_after=after_run)
-        if pending("variants"):
-            variant_run = None
-            if cfg.improve.eval_variants and state.get("variant_ids"):
-                ids = [r["instance_id"] for r in store.query(
-                    "SELECT instance_id FROM (SELECT unnest(instance_ids) AS instance_id FROM variants "
-                    "WHERE status = 'accepted' AND variant_id IN (SELECT unnest(?))) ORDER BY instance_id LIMIT ?",
-                    [state["variant_ids"], cfg.improve.variant_eval_n])]
-                if ids:
-                    variant_run = f"{cycle.cycle_id}-variants"
-                    collect_flow.with_options(task_runner=runner)(served(candidate.path), variant_run,
-                                                                  only_ids=ids, kind="evaluate_variants")
-                    servers.check()
-            done("variants", eval_variants=variant_run)
+        if pending("probe-after"):
+            ids = list(state.get("probe_ids") or []) + _curriculum_check(cfg, store, cycle.cycle_id)
+            run = None
+            if ids:
+                run = f"{cycle.cycle_id}-probe-after"
+                collect_flow.with_options(task_runner=runner)(served(candidate.path), run, only_ids=ids,
+                                                              kind="probe", samples=cfg.eval.samples)
+                servers.check()
+            done("probe-after", probe_after=run)
+        if pending("curriculum"):
+            stepped = update_curriculum_task(cfg, state["probe_after"]) if state.get("probe_after") else {}
+            done("curriculum", curriculum=stepped)
         metric = cfg.improve.metric
         before, after = _metric(store, before_run, metric), _metric(store, after_run, metric)
-        promoted = after > before + cfg.improve.min_improvement
+        decision = gate(compare(store, before_run, after_run), metric=metric, before=before, after=after,
+                        min_improvement=cfg.improve.min_improvement, max_regression=cfg.improve.max_regression)
         cycles.decide(store, cycle, candidate=candidate.model_id, metric=metric, before=before, after=after,
-                      promoted=promoted)
-        if pending("report"):
-            page = write_report(cycle_facts(store, cycle.cycle_id), cfg.improve.reports_dir / cycle.cycle_id)
-            done("report", report=str(page))
+                      promoted=decision.promoted, reason=decision.reason)
         if pending("promote"):
-            done("promote", promoted=promoted)
+            done("promote", promoted=decision.promoted)
+        if pending("report"):
+            # the page is the cycle's last act: it shows the state that writing it completes
+            facts = replace(cycle_facts(store, cycle.cycle_id), status="completed", step="report")
+            page = write_report(facts, cfg.improve.reports_dir / cycle.cycle_id)
+            done("report", report=str(page))
         cycles.finish(store, cycle)
     except BaseException as exc:
         signal_name = stopping.received()
@@ -174,10 +259,38 @@ def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool 
         servers.close()
     reporter.finish("cycle")
     facts = cycle_facts(store, cycle.cycle_id)
-    return CycleSummary(cycle.cycle_id, model.model_id, candidate.model_id, metric, before, after, promoted,
-                        facts.pass_before, facts.pass_after, Path(state["report"]))
+    return CycleSummary(cycle.cycle_id, model.model_id, candidate.model_id, metric, before, after, decision.promoted,
+                        facts.pass_before, facts.pass_after, Path(state["report"]), decision.reason)
 
 
-def improve(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False) -> CycleSummary:
+def _probe_ids(store: Store, cfg: CampflowConfig, variant_ids: list[str]) -> list[str]:
+    """The probes of this cycle's accepted variants (at most ``improve.variant_eval_n``), or none."""
+    if not cfg.improve.eval_variants or not variant_ids:
+        return []
+    return [r["instance_id"] for r in store.query(
+        "SELECT i.instance_id FROM instances i JOIN variants v USING (variant_id) WHERE i.split = 'probe' "
+        "AND v.status = 'accepted' AND v.variant_id IN (SELECT unnest(?)) ORDER BY i.instance_id LIMIT ?",
+        [variant_ids, cfg.improve.variant_eval_n])]
+
+
+def _curriculum_check(cfg: CampflowConfig, store: Store, cycle_id: str) -> list[str]:
+    """Fresh train instances at each bootcamp's curriculum level, recorded, for the candidate to play.
+
+    Their seeds come from the cycle id, apart from the collection's, so the candidate has not trained on them.
+    """
+    ws = Workspace.from_config(cfg)
+    out = []
+    for b in ws.bootcamps(cfg.training.bootcamps):
+        level = current_level(store, b.name)
+        if cfg.improve.curriculum_n and level in b.levels:
+            seed = int(hashlib.sha256(f"curriculum:{cycle_id}".encode()).hexdigest()[:12], 16)
+            made = train_instances(b, cfg.improve.curriculum_n, seed=seed, levels=[level])
+            store.write_instances(made, split="train")
+            out += [i.id for i in made]
+    return out
+
+
+def improve(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False,
+            cycles_n: int | None = None) -> CycleSummary:
     """Python API of ``campflow improve``."""
-    return improve_flow.with_options(task_runner=task_runner(cfg.rollout))(cfg, cycle_id, resume)
+    return improve_flow.with_options(task_runner=task_runner(cfg.rollout))(cfg, cycle_id, resume, cycles_n)

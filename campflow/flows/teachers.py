@@ -35,12 +35,15 @@ def teacher_config(cfg: CampflowConfig, servers: CheckpointServers, model_path: 
 
 
 def collect_teachers(cfg: CampflowConfig, servers: CheckpointServers, model_path: Path, cycle_id: str,
-                     runner: Any) -> list[str]:
-    """Run the configured teacher(s) on the cycle's training instances; returns the collect run ids
-    (the first is always ``<cycle>-collect``)."""
+                     runner: Any, *, variant_ids: list[str] | None = None,
+                     levels: dict[str, list[int]] | None = None) -> list[str]:
+    """Run the configured teacher(s) on the cycle's training instances (``synthesis.share`` of them from
+    ``variant_ids``, the rest at the curriculum's ``levels``); returns the collect run ids (the first is
+    always ``<cycle>-collect``)."""
     first, *fallback = cfg.training.teacher.split("+")
     run_id = f"{cycle_id}-collect"
-    collect_flow.with_options(task_runner=runner)(teacher_config(cfg, servers, model_path, first), run_id)
+    collect_flow.with_options(task_runner=runner)(teacher_config(cfg, servers, model_path, first), run_id,
+                                                  variant_ids=variant_ids, levels=levels)
     servers.check()
     runs = [run_id]
     if fallback:  # the oracle only where no sample of the model passed

@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from campflow.errors import CampflowError
+from campflow.storage.promotion import Comparison, compare
 from campflow.storage.store import Store
+
+OUTCOMES = ("fixed", "regressed", "still_failing", "still_passing")  # the columns of cycle_outcome_counts
 
 
 @dataclass
@@ -26,7 +29,13 @@ class CycleFacts:
     state: dict[str, Any]
     pass_before: dict[str, float] = field(default_factory=dict)
     pass_after: dict[str, float] = field(default_factory=dict)
-    pass_variants: dict[str, float] = field(default_factory=dict)
+    decision: str | None = None
+    comparisons: list[Comparison] = field(default_factory=list)  # eval split: all, per bootcamp, per level
+    outcomes: dict[str, dict[str, int]] = field(default_factory=dict)  # bootcamp -> outcome -> instances
+    cluster_outcomes: list[dict[str, Any]] = field(default_factory=list)  # per failure cluster of the before-run
+    probes: list[dict[str, Any]] = field(default_factory=list)  # per cluster: probes, pass before and after
+    rl_effect: dict[str, Any] | None = None  # SFT vs RL checkpoint on held-out band instances
+    curriculum: dict[str, int] = field(default_factory=dict)  # the next train-side level per bootcamp
     failure_categories: list[tuple[str, str, int]] = field(default_factory=list)  # bootcamp, category, count
     clusters: list[tuple[str, str, int]] = field(default_factory=list)  # bootcamp, label, size
     variants: list[tuple[str, str, int]] = field(default_factory=list)  # status, reason, count
@@ -50,7 +59,26 @@ def cycle_facts(store: Store, cycle_id: str | None = None) -> CycleFacts:
                        c["promoted"], c["base_model_id"], c["candidate_model_id"], state)
     facts.pass_before = _pass_rates(store, state.get("eval_before"))
     facts.pass_after = _pass_rates(store, state.get("eval_after"))
-    facts.pass_variants = _pass_rates(store, state.get("eval_variants"))
+    facts.decision = c.get("decision")
+    facts.rl_effect = state.get("rl_effect")
+    facts.curriculum = state.get("curriculum") or {}
+    if state.get("eval_before") and state.get("eval_after"):
+        facts.comparisons = compare(store, state["eval_before"], state["eval_after"])
+        for r in store.query("SELECT bootcamp, sum(fixed) AS fixed, sum(regressed) AS regressed, "
+                             "sum(still_failing) AS still_failing, sum(still_passing) AS still_passing "
+                             "FROM cycle_outcome_counts WHERE cycle_id = ? GROUP BY bootcamp ORDER BY bootcamp",
+                             [cycle_id]):
+            facts.outcomes[r["bootcamp"]] = {k: int(r[k] or 0) for k in OUTCOMES}
+        facts.cluster_outcomes = store.query(
+            "SELECT bootcamp, cluster_label, sum(instances) AS instances, sum(fixed) AS fixed, "
+            "sum(still_failing) AS still_failing FROM cycle_outcome_counts WHERE cycle_id = ? "
+            "AND cluster_id IS NOT NULL GROUP BY bootcamp, cluster_id, cluster_label ORDER BY bootcamp, instances DESC",
+            [cycle_id])
+    facts.probes = store.query(
+        "SELECT bootcamp, cluster_label, count(*) AS variants, sum(probes) AS probes, "
+        "sum(pass_before * probes) / sum(probes) AS pass_before, sum(pass_after * probes) / sum(probes) AS pass_after "
+        "FROM probe_outcomes WHERE cycle_id = ? GROUP BY bootcamp, cluster_id, cluster_label "
+        "ORDER BY bootcamp, probes DESC", [cycle_id])
     if state.get("eval_before"):
         facts.failure_categories = [(r["bootcamp"], r["category"], int(r["n"])) for r in store.query(
             "SELECT bootcamp, category, count(*) AS n FROM failures WHERE run_id = ? "

@@ -71,11 +71,12 @@ def save_step(store: Store, cycle: Cycle, step: str, **produced: Any) -> None:
 
 
 def decide(store: Store, cycle: Cycle, *, candidate: str, metric: str, before: float, after: float,
-           promoted: bool) -> None:
-    """Record the candidate, both figures of the metric and whether the candidate is promoted."""
+           promoted: bool, reason: str | None = None) -> None:
+    """Record the candidate, both figures of the metric, whether the candidate is promoted and why."""
     with store.connection() as con:
         con.execute("UPDATE cycles SET candidate_model_id = ?, metric = ?, before_value = ?, after_value = ?, "
-                    "promoted = ? WHERE cycle_id = ?", [candidate, metric, before, after, promoted, cycle.cycle_id])
+                    "promoted = ?, decision = ? WHERE cycle_id = ?",
+                    [candidate, metric, before, after, promoted, reason, cycle.cycle_id])
 
 
 def finish(store: Store, cycle: Cycle) -> None:
@@ -101,4 +102,5 @@ def fail(store: Store, cycle: Cycle, error: str) -> bool:
 
 def promoted_model(store: Store) -> str | None:
     """The candidate of the latest cycle that promoted one: the current model."""
-    return store.scalar("SELECT candidate_model_id FROM cycles WHERE promoted ORDER BY finished_at DESC LIMIT 1")
+    return store.scalar("SELECT candidate_model_id FROM cycles WHERE promoted AND status = 'completed' "
+                        "ORDER BY finished_at DESC LIMIT 1")

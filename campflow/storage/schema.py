@@ -191,6 +191,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "DROP TABLE episodes",
         "ALTER TABLE episodes_v3 RENAME TO episodes",
     ]),
+    (4, "cycles: the promotion decision's reason", [
+        "ALTER TABLE cycles ADD COLUMN decision VARCHAR",   # why the candidate was (not) promoted
+    ]),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -270,6 +273,48 @@ VIEWS: dict[str, str] = {
         CROSS JOIN LATERAL (SELECT unnest(c.episode_ids) AS episode_id) m
         LEFT JOIN failures f ON f.episode_id = m.episode_id
         LEFT JOIN episodes e ON e.episode_id = m.episode_id AND e.run_id = c.run_id""",
+    # Every eval-split instance of a cycle, before vs after: fixed, regressed, still failing, still passing.
+    # An instance passes a run when at least half its measured samples pass; its cluster is the one its
+    # failed before-run episode was mined into (NULL when it passed, or was not clustered).
+    "cycle_outcomes": f"""
+        WITH c AS (SELECT cycle_id, state->>'$.eval_before' AS before_run, state->>'$.eval_after' AS after_run
+                   FROM cycles),
+        per AS (SELECT run_id, instance_id, bootcamp, level, avg(success::INTEGER) AS p, count(*) AS samples
+                FROM episodes WHERE termination NOT IN {RETRYABLE_SQL} GROUP BY ALL),
+        clustered AS (SELECT f.run_id, f.instance_id, min(f.cluster_id) AS cluster_id, min(k.label) AS cluster_label
+                      FROM failures f LEFT JOIN clusters k USING (cluster_id) GROUP BY ALL)
+        SELECT c.cycle_id, b.instance_id, b.bootcamp, b.level, cl.cluster_id, cl.cluster_label,
+               b.p AS pass_before, a.p AS pass_after,
+               CASE WHEN b.p >= 0.5 AND a.p >= 0.5 THEN 'still_passing'
+                    WHEN b.p >= 0.5 THEN 'regressed'
+                    WHEN a.p >= 0.5 THEN 'fixed'
+                    ELSE 'still_failing' END AS outcome
+        FROM c JOIN per b ON b.run_id = c.before_run
+        JOIN per a ON a.run_id = c.after_run AND a.instance_id = b.instance_id
+        LEFT JOIN clustered cl ON cl.run_id = c.before_run AND cl.instance_id = b.instance_id""",
+    "cycle_outcome_counts": """
+        SELECT cycle_id, bootcamp, level, cluster_id, any_value(cluster_label) AS cluster_label,
+               count(*) AS instances,
+               count(*) FILTER (WHERE outcome = 'fixed') AS fixed,
+               count(*) FILTER (WHERE outcome = 'regressed') AS regressed,
+               count(*) FILTER (WHERE outcome = 'still_failing') AS still_failing,
+               count(*) FILTER (WHERE outcome = 'still_passing') AS still_passing
+        FROM cycle_outcomes GROUP BY cycle_id, bootcamp, level, cluster_id""",
+    # Probe instances of a cycle's variants: the starting model's and the candidate's pass rate per
+    # variant (and its cluster), on instances neither trained on.
+    "probe_outcomes": f"""
+        WITH c AS (SELECT cycle_id, state->>'$.probe_before' AS before_run, state->>'$.probe_after' AS after_run
+                   FROM cycles),
+        per AS (SELECT run_id, instance_id, avg(success::INTEGER) AS p, count(*) AS episodes FROM episodes
+                WHERE termination NOT IN {RETRYABLE_SQL} GROUP BY ALL)
+        SELECT c.cycle_id, v.bootcamp, v.cluster_id, k.label AS cluster_label, v.variant_id,
+               count(*) AS probes, avg(b.p) AS pass_before, avg(a.p) AS pass_after
+        FROM c JOIN per b ON b.run_id = c.before_run
+        JOIN per a ON a.run_id = c.after_run AND a.instance_id = b.instance_id
+        JOIN instances i ON i.instance_id = b.instance_id AND i.split = 'probe'
+        JOIN variants v ON v.variant_id = i.variant_id
+        LEFT JOIN clusters k ON k.cluster_id = v.cluster_id
+        GROUP BY ALL""",
     "curriculum_levels": """
         SELECT bootcamp, nullif(cluster_id, '') AS cluster_id, arg_max(next_level, decided_at) AS level,
                arg_max(pass_rate, decided_at) AS last_pass_rate, max(decided_at) AS decided_at

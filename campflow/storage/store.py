@@ -220,6 +220,12 @@ class Store:
         with self.connection() as con:
             return {r[0] for r in con.execute(sql, params).fetchall()}
 
+    def probe_ids(self, bootcamp: str | None = None) -> set[str]:
+        """Ids of every variant probe instance (split ``probe``): held out like the eval split."""
+        sql = "SELECT instance_id FROM instances WHERE split = 'probe'" + (" AND bootcamp = ?" if bootcamp else "")
+        with self.connection() as con:
+            return {r[0] for r in con.execute(sql, [bootcamp] if bootcamp else []).fetchall()}
+
     # -- episodes --------------------------------------------------------------------------------
 
     def write_episodes(self, episodes: Sequence[Episode]) -> int:
@@ -256,8 +262,8 @@ def instances_to_arrow(instances: Sequence[Instance], *, split: str, origin: str
                        variant_ids: str | Sequence[str | None] | None = None) -> pa.Table:
     """Instances as an Arrow table in the ``instances`` column layout; ``variant_ids`` is one id for
     all rows or one per row."""
-    if split not in ("train", "eval"):
-        raise ValueError(f"split = {split!r}: expected 'train' or 'eval'")
+    if split not in ("train", "eval", "probe"):
+        raise ValueError(f"split = {split!r}: expected 'train', 'eval' or 'probe'")
     n = len(instances)
     vids = [variant_ids] * n if variant_ids is None or isinstance(variant_ids, str) else list(variant_ids)
     ts = now()

@@ -5,7 +5,9 @@ rises to the next one, below ``down`` it falls to the previous one, in between i
 levels are its presets; a cluster's levels are the ``level`` knobs of its accepted variants, so a
 cluster's synthesized tasks are also served easiest first. Decisions are recorded per run in
 ``curriculum`` (re-deciding for the same run replaces its decision rather than stepping twice); the
-view ``curriculum_levels`` holds the current level of each.
+view ``curriculum_levels`` holds the current level of each. The improve flow trains (collects, and
+draws RL prompts) at :func:`train_levels` and steps the curriculum each cycle on its candidate's
+held-out train-side episodes (probes and fresh train instances); the eval split never moves.
 """
 
 from __future__ import annotations
@@ -62,18 +64,29 @@ def current_level(store: Store, bootcamp: str, cluster_id: str | None = None, *,
     return min(levels) if levels else 1
 
 
+def train_levels(store: Store, bootcamp: str, allowed: Sequence[int] | None = None) -> list[int]:
+    """The levels ``bootcamp`` trains at: those of ``allowed`` (default: all) up to its curriculum level.
+
+    Earlier levels stay in, so rising to a harder level does not stop rehearsing the easier ones.
+    """
+    levels = sorted(registry.make(bootcamp).levels)
+    allowed = [lv for lv in (allowed or levels) if lv in levels] or levels
+    current = current_level(store, bootcamp)
+    return [lv for lv in allowed if lv <= current] or [min(allowed)]
+
+
 def update_curriculum(store: Store, run_id: str, *, up: float = 0.8, down: float = 0.3,
                       bootcamps: Sequence[str] | None = None) -> list[LevelDecision]:
-    """Decide the next level of every bootcamp and cluster that ``run_id`` trained on (train split).
+    """Decide the next level of every bootcamp and cluster that ``run_id`` played on the train side.
 
-    Pass rates count only the run's train-split episodes at each scope's current level, infra-failed and
+    Pass rates count only the run's train-split and probe episodes at each scope's current level, infra-failed and
     timed-out episodes left out. Scopes without such episodes keep their level and record nothing.
     """
     rows = store.query(
         f"""SELECT e.bootcamp, i.level, coalesce(v.cluster_id, '') AS cluster_id,
                   count(*) AS episodes, count(*) FILTER (WHERE e.success) AS solved
            FROM episodes e JOIN instances i USING (instance_id) LEFT JOIN variants v ON v.variant_id = i.variant_id
-           WHERE e.run_id = ? AND i.split = 'train' AND e.termination NOT IN {RETRYABLE_SQL}
+           WHERE e.run_id = ? AND i.split IN ('train', 'probe') AND e.termination NOT IN {RETRYABLE_SQL}
            GROUP BY ALL""", [run_id])
     counts: dict[tuple[str, str, int], list[int]] = {}
     for r in rows:

@@ -128,11 +128,12 @@ def new_synthesis_run_id() -> str:
 def synthesize(
     store: Store, source_run_id: str, cfg: SynthesisConfig | None = None, *,
     synthesizer: Synthesizer | None = None, policy: Policy | None = None, bootcamps: Sequence[str] | None = None,
-    rollout: RolloutSettings | None = None, run_id: str | None = None,
+    rollout: RolloutSettings | None = None, run_id: str | None = None, max_levels: dict[str, int] | None = None,
 ) -> SynthesisSummary:
     """Propose variants for every cluster of ``source_run_id``, validate them, record the verdicts.
 
-    ``policy`` is the current model, used to calibrate; None skips calibration. The work is recorded as
+    ``policy`` is the current model, used to calibrate; None skips calibration. ``max_levels`` (bootcamp
+    -> the curriculum's level) rejects proposals above the level the cycle trains at. The work is recorded as
     a ``synthesize`` run; proposals already decided by an earlier run are left as they are.
     """
     cfg = cfg or SynthesisConfig()
@@ -149,7 +150,7 @@ def synthesize(
             proposals = [p for c in contexts for p in synthesizer.propose(c, cfg.n_per_cluster)]
         finally:
             synthesizer.close()
-        settings = ValidationSettings.from_config(cfg, rollout)
+        settings = ValidationSettings.from_config(cfg, rollout, max_levels=max_levels)
         result = validate_proposals(store, proposals, settings, policy)
         record_verdicts(store, result.verdicts, run_id)
     except BaseException as exc:

@@ -7,11 +7,16 @@ Every proposal passes these checks in order; the first it fails is its reject re
 3. ``eval_split``: its params equal those of an eval-split instance, or an instance it generates is one;
 4. ``duplicate``: its params equal those of a recorded instance, an accepted variant or an earlier
    proposal of the same batch;
+   ``above_curriculum``: its level is above the bootcamp's curriculum level (``max_levels``), which the
+   cycle does not train at yet;
 5. ``unsolvable``: generation with fresh train seeds raises, or the oracle does not solve an instance;
 6. ``too_easy`` / ``too_hard`` (``uncalibrated`` when no episode could be measured): the current
    model's pass rate on a few episodes lies outside the learnable band.
 
 Seeds derive from the variant id, so validating the same proposal again gives the same instances.
+An accepted variant also gets ``probes_per_variant`` probe instances from fresh seeds of its own
+(:func:`probe_seeds`), recorded in split ``probe``: never trained on, they measure what training on
+the variant taught (the cycle runs its starting model and its candidate on them).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class RejectKind(StrEnum):
     INVALID_PARAMS = "invalid_params"
     EVAL_SPLIT = "eval_split"
     DUPLICATE = "duplicate"
+    ABOVE_CURRICULUM = "above_curriculum"
     UNSOLVABLE = "unsolvable"
     TOO_EASY = "too_easy"
     TOO_HARD = "too_hard"
@@ -59,6 +65,7 @@ class Verdict:
     reject_reason: str | None = None  # "<kind>: <what exactly>"
     params: Params | None = None
     instances: list[Instance] = field(default_factory=list)
+    probes: list[Instance] = field(default_factory=list)
     pass_rate: float | None = None
 
     @property
@@ -80,7 +87,7 @@ class Verdict:
         """Mark rejected (the first reason sticks) and return self."""
         if self.reject_kind is None:
             self.reject_kind, self.reject_reason = kind, f"{kind.value}: {detail}"
-            self.instances = []
+            self.instances, self.probes = [], []
         return self
 
 
@@ -89,18 +96,20 @@ class ValidationSettings:
     """How proposals are checked and calibrated (mirrors part of ``SynthesisConfig``)."""
 
     instances_per_variant: int = 4
+    probes_per_variant: int = 2
     calibration_samples: int = 4
     band_min: float = 0.1
     band_max: float = 0.9
     concurrency: int = 32
     rollout: RolloutSettings = RolloutSettings()
+    max_levels: dict[str, int] | None = None  # bootcamp -> highest level trained at now; None: no limit
 
     @classmethod
     def from_config(cls, cfg: SynthesisConfig, rollout: RolloutSettings | None = None,
-                    concurrency: int = 32) -> ValidationSettings:
+                    concurrency: int = 32, max_levels: dict[str, int] | None = None) -> ValidationSettings:
         """Settings from the ``synthesis`` config section."""
-        return cls(cfg.instances_per_variant, cfg.calibration_samples, cfg.band_min, cfg.band_max,
-                   concurrency, rollout or RolloutSettings())
+        return cls(cfg.instances_per_variant, cfg.probes_per_variant, cfg.calibration_samples, cfg.band_min,
+                   cfg.band_max, concurrency, rollout or RolloutSettings(), max_levels)
 
 
 @dataclass
@@ -206,11 +215,31 @@ def _check(proposal: Proposal, known: _KnownParams, settings: ValidationSettings
         return verdict.reject(RejectKind.DUPLICATE, f"params equal those of proposal {known.batch[key]} "
                                                     "in this batch")
     known.batch[key] = proposal.variant_id
+    ceiling = (settings.max_levels or {}).get(proposal.bootcamp)
+    if ceiling is not None and verdict.params.level > ceiling:
+        return verdict.reject(RejectKind.ABOVE_CURRICULUM, f"level {verdict.params.level} is above "
+                                                           f"{proposal.bootcamp}'s curriculum level {ceiling}")
     for seed in variant_seeds(proposal.variant_id, settings.instances_per_variant):
         problem = _solvable(bootcamp, verdict.params, seed, eval_ids, verdict)
         if problem is not None:
             return verdict.reject(*problem)
+    taken = {i.id for i in verdict.instances}
+    for seed in probe_seeds(proposal.variant_id, settings.probes_per_variant):
+        probe = _probe(bootcamp, verdict.params, seed)
+        if probe is not None and probe.id not in eval_ids and probe.id not in taken:
+            verdict.probes.append(probe)
+            taken.add(probe.id)
     return verdict
+
+
+def _probe(bootcamp: Bootcamp, params: Params, seed: int) -> Instance | None:
+    """A probe instance the oracle solves, or None (a probe that cannot be verified is left out, the
+    variant itself having passed its checks)."""
+    try:
+        instance = bootcamp.generate(params, seed)
+        return instance if bootcamp.solve(instance)[1].success else None
+    except Exception:  # noqa: BLE001  (same as _solvable: any failure makes this seed unusable)
+        return None
 
 
 def _solvable(bootcamp: Bootcamp, params: Params, seed: int, eval_ids: set[str],
@@ -234,6 +263,12 @@ def _solvable(bootcamp: Bootcamp, params: Params, seed: int, eval_ids: set[str],
 def variant_seeds(variant_id: str, n: int) -> list[int]:
     """``n`` fresh train-split seeds for a variant, fixed by its id."""
     return [int(hashlib.sha256(f"{variant_id}:{i}".encode()).hexdigest()[:15], 16) % TRAIN_SEED_LIMIT
+            for i in range(n)]
+
+
+def probe_seeds(variant_id: str, n: int) -> list[int]:
+    """``n`` train-range seeds for a variant's probes, fixed by its id and apart from its training seeds."""
+    return [int(hashlib.sha256(f"{variant_id}:probe:{i}".encode()).hexdigest()[:15], 16) % TRAIN_SEED_LIMIT
             for i in range(n)]
 
 
@@ -275,7 +310,7 @@ def calibrate(verdicts: Sequence[Verdict], policy: Policy, settings: ValidationS
 
 def record_verdicts(store: Store, verdicts: Sequence[Verdict], run_id: str | None = None) -> None:
     """Write every verdict to ``variants`` and accepted ones' instances to ``instances`` (train split,
-    origin ``synthesized``), in one transaction: nothing is half-written."""
+    origin ``synthesized``) with their probes (split ``probe``), in one transaction: nothing is half-written."""
     if not verdicts:
         return
     ts = now()
@@ -299,10 +334,16 @@ def record_verdicts(store: Store, verdicts: Sequence[Verdict], run_id: str | Non
     accepted = [(v.variant_id, i) for v in verdicts if v.accepted for i in v.instances]
     instances = instances_to_arrow([i for _, i in accepted], split="train", origin="synthesized",
                                    variant_ids=[vid for vid, _ in accepted])
-    with store.transaction(_campflow_variants=variants, _campflow_instances=instances) as con:
+    probed = [(v.variant_id, i) for v in verdicts if v.accepted for i in v.probes]
+    probes = instances_to_arrow([i for _, i in probed], split="probe", origin="synthesized",
+                                variant_ids=[vid for vid, _ in probed])
+    with store.transaction(_campflow_variants=variants, _campflow_instances=instances,
+                           _campflow_probes=probes) as con:
         con.execute("INSERT OR REPLACE INTO variants BY NAME SELECT * FROM _campflow_variants")
         if accepted:
             con.execute("INSERT OR IGNORE INTO instances BY NAME SELECT * FROM _campflow_instances")
+        if probed:
+            con.execute("INSERT OR IGNORE INTO instances BY NAME SELECT * FROM _campflow_probes")
 
 
 def _params_json(v: Verdict) -> str:

@@ -25,16 +25,18 @@ def mine_failures_task(cfg: CampflowConfig, run_id: str) -> dict[str, int]:
 
 
 @task(name="synthesize-variants", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
-def synthesize_task(cfg: CampflowConfig, run_id: str, policy_cfg: PolicyConfig | None = None) -> dict[str, Any]:
+def synthesize_task(cfg: CampflowConfig, run_id: str, policy_cfg: PolicyConfig | None = None,
+                    max_levels: dict[str, int] | None = None) -> dict[str, Any]:
     """Synthesize, validate and record variants for a run's clusters, calibrated with the run's own policy
-    (or ``policy_cfg``: the same checkpoint as the current ``serving`` reaches it, e.g. its running server).
+    (or ``policy_cfg``: the same checkpoint as the current ``serving`` reaches it, e.g. its running server);
+    ``max_levels`` (bootcamp -> curriculum level) keeps them at the levels the cycle trains at.
 
     Retrying is safe: variants decided by the first attempt are not validated again.
     """
     store = Workspace.from_config(cfg).store
     policy = build_policy(policy_cfg or run_policy_config(store, run_id) or cfg.policy)
     summary = synthesize(store, run_id, cfg.synthesis, policy=policy, bootcamps=cfg.eval.bootcamps,
-                         rollout=RolloutSettings.from_config(cfg.rollout))
+                         rollout=RolloutSettings.from_config(cfg.rollout), max_levels=max_levels)
     return {"run_id": summary.run_id, **summary.as_dict()}
 
 

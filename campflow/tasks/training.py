@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -57,10 +59,16 @@ def sft_task(cfg: CampflowConfig, base: str, dataset_id: str) -> str:
 
 
 @task(name="rl", cache_policy=NO_CACHE)
-def rl_task(cfg: CampflowConfig, base: str) -> str:
-    """GRPO on the bootcamps as environments; returns the new checkpoint's id."""
+def rl_task(cfg: CampflowConfig, base: str, instance_ids: list[str] | None = None) -> str:
+    """GRPO on the bootcamps as environments, prompted with the recorded ``instance_ids`` (default: drawn
+    from the train split); returns the new checkpoint's id."""
     ws = Workspace.from_config(cfg)
+    instances = None
+    if instance_ids is not None:
+        rows = ws.store.query("SELECT bootcamp, params, seed FROM instances WHERE instance_id IN (SELECT unnest(?)) "
+                              "ORDER BY instance_id", [instance_ids])
+        instances = [ws.bootcamp(r["bootcamp"]).generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
     return train_rl(ws.store, ws.path, base, cfg.training.bootcamps,
                     cfg.training.rl, cfg.training.levels,
                     hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
-                    report_to=cfg.training.report_to).checkpoint.model_id
+                    report_to=cfg.training.report_to, instances=instances).checkpoint.model_id

@@ -3,8 +3,8 @@
 The filter keeps successful trajectories (reward threshold, termination ``solved``), drops
 malformed or overlong ones, dedupes by (instance, action sequence) and balances bootcamps. Every
 candidate's instance must be recorded in the store; one in the eval split (by the store's ``split``
-column or by its seed lying in the reserved eval range) is dropped, and the finished dataset is
-checked against the store's eval ids once more before anything is written.
+column or by its seed lying in the reserved eval range) or a variant's probe is dropped, and the
+finished dataset is checked against the store's eval and probe ids once more before anything is written.
 
 SFT rows are in TRL's conversational format: ``messages`` (tool calls with arguments as objects,
 tool results as ``tool`` messages) and ``tools`` (a JSON string of function schemas, which TRL
@@ -27,7 +27,7 @@ from typing import Any
 
 from campflow.agents.chat import UnrenderableTranscript, action_sequence, template_messages
 from campflow.bootcamps import registry
-from campflow.bootcamps.splits import assert_not_eval, is_eval_seed
+from campflow.bootcamps.splits import assert_not_held_out, is_eval_seed
 from campflow.config import FilterConfig
 from campflow.errors import CampflowError
 from campflow.serialization import to_json
@@ -73,13 +73,14 @@ def candidate_episodes(store: Store, run_ids: Sequence[str]) -> list[dict[str, A
     return store.query(_EPISODES_SQL.format(marks=", ".join("?" for _ in run_ids)), list(run_ids))
 
 
-def select(rows: Sequence[dict[str, Any]], cfg: FilterConfig, eval_ids: set[str]) -> tuple[list[dict], Counter]:
+def select(rows: Sequence[dict[str, Any]], cfg: FilterConfig, eval_ids: set[str],
+           probe_ids: set[str] = frozenset()) -> tuple[list[dict], Counter]:
     """Apply the filter; returns the kept rows (with their parsed transcript) and drop counts by reason."""
     dropped: Counter = Counter()
     kept: list[dict[str, Any]] = []
     seen: set[tuple[str, tuple]] = set()
     for row in sorted(rows, key=lambda r: r["episode_id"]):
-        reason = _reject_reason(row, cfg, eval_ids)
+        reason = _reject_reason(row, cfg, eval_ids, probe_ids)
         if reason is None:
             transcript = json.loads(row["transcript"])
             key = (row["instance_id"], action_sequence(transcript))
@@ -100,11 +101,13 @@ def select(rows: Sequence[dict[str, Any]], cfg: FilterConfig, eval_ids: set[str]
     return _balance(kept, cfg, dropped), dropped
 
 
-def _reject_reason(row: dict[str, Any], cfg: FilterConfig, eval_ids: set[str]) -> str | None:
+def _reject_reason(row: dict[str, Any], cfg: FilterConfig, eval_ids: set[str], probe_ids: set[str]) -> str | None:
     if row["split"] is None:
         return "unrecorded_instance"  # cannot prove it is not an eval instance, so it is not used
     if row["split"] == "eval" or row["instance_id"] in eval_ids or is_eval_seed(int(row["seed"])):
         return "eval_split"
+    if row["split"] == "probe" or row["instance_id"] in probe_ids:
+        return "probe_split"
     if cfg.solved_only and row["termination"] != "solved":
         return "not_solved"
     if row["reward"] < cfg.min_reward:
@@ -159,15 +162,15 @@ def build_sft_dataset(store: Store, workspace: Path, run_ids: Sequence[str], cfg
     """
     import datasets
 
-    eval_ids = store.eval_ids()
+    eval_ids, probe_ids = store.eval_ids(), store.probe_ids()
     candidates = candidate_episodes(store, run_ids)
     if thinking and exclude_oracle:
         candidates = [r for r in candidates if not _from_oracle(r)]
-    kept, dropped = select(candidates, cfg, eval_ids)
+    kept, dropped = select(candidates, cfg, eval_ids, probe_ids)
     if not kept:
         raise EmptyDatasetError(f"no episode of run(s) {', '.join(run_ids)} passed the filter "
                                 f"(dropped: {dict(dropped) or 'none found'})")
-    assert_not_eval((r["instance_id"] for r in kept), eval_ids, what="the SFT dataset")
+    assert_not_held_out((r["instance_id"] for r in kept), eval_ids, probe_ids, what="the SFT dataset")
     ds_id = dataset_id("sft" if not thinking else "sft-thinking", [r["episode_id"] for r in kept], cfg)
     path = workspace / "datasets" / ds_id
     per_bootcamp = dict(Counter(r["bootcamp"] for r in kept))
@@ -218,14 +221,14 @@ def export_verl(store: Store, run_ids: Sequence[str], cfg: FilterConfig, out: Pa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    eval_ids = store.eval_ids()
-    kept, dropped = select(candidate_episodes(store, run_ids), cfg, eval_ids)
+    eval_ids, probe_ids = store.eval_ids(), store.probe_ids()
+    kept, dropped = select(candidate_episodes(store, run_ids), cfg, eval_ids, probe_ids)
     instances: dict[str, dict[str, Any]] = {}
     for r in kept:
         instances.setdefault(r["instance_id"], r)
     if not instances:
         raise EmptyDatasetError(f"no instance of run(s) {', '.join(run_ids)} passed the filter ({dict(dropped)})")
-    assert_not_eval(instances, eval_ids, what="the verl export")
+    assert_not_held_out(instances, eval_ids, probe_ids, what="the verl export")
     records = []
     for index, (iid, r) in enumerate(sorted(instances.items())):
         bootcamp = registry.make(r["bootcamp"])

@@ -22,7 +22,7 @@ from typing import Any
 from campflow.agents.local import MODEL_LOADING
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Instance
-from campflow.bootcamps.splits import assert_not_eval, train_instances
+from campflow.bootcamps.splits import assert_not_held_out, train_instances
 from campflow.config import RLConfig
 from campflow.hardware import Hardware, resolve_hardware
 from campflow.storage.store import Store
@@ -36,15 +36,17 @@ from campflow.training.tracking import trainer_dir, tracking_args
 
 
 def rl_instances(store: Store, bootcamps: list[str], per_bootcamp: int, seed: int,
-                 levels: list[int] | None = None) -> list[Instance]:
-    """Train-split instances: synthesized variants from the store first, then generated ones."""
+                 levels: list[int] | dict[str, list[int]] | None = None) -> list[Instance]:
+    """Train-split instances: synthesized variants from the store first, then generated ones at
+    ``levels`` (one list for every bootcamp, or a list per bootcamp)."""
     out: list[Instance] = []
     for name in bootcamps:
         bootcamp = registry.make(name)
         rows = store.query("SELECT instance_id, params, seed FROM instances WHERE bootcamp = ? AND split = 'train' "
                            "AND origin = 'synthesized' ORDER BY instance_id LIMIT ?", [name, per_bootcamp])
         chosen = [bootcamp.generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
-        lv = [lvl for lvl in (levels or sorted(bootcamp.levels)) if lvl in bootcamp.levels]
+        mine = levels.get(name) if isinstance(levels, dict) else levels
+        lv = [lvl for lvl in (mine or sorted(bootcamp.levels)) if lvl in bootcamp.levels]
         chosen += train_instances(bootcamp, per_bootcamp - len(chosen), seed=seed, levels=lv)
         out += chosen
     return out
@@ -83,18 +85,22 @@ def grpo_arguments(cfg: RLConfig, hardware: Hardware, output_dir: Path, *, repor
 
 
 def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg: RLConfig,
-             levels: list[int] | None = None, *, hardware: Hardware | None = None,
-             report_to: Sequence[str] = ()) -> TrainResult:
+             levels: list[int] | dict[str, list[int]] | None = None, *, hardware: Hardware | None = None,
+             report_to: Sequence[str] = (), instances: Sequence[Instance] | None = None) -> TrainResult:
     """GRPO from checkpoint ``base`` (an id, a registered path, or a model folder) on ``bootcamps``;
-    returns the registered ``rl`` checkpoint. ``hardware`` and ``report_to`` as for :func:`train_sft`;
+    returns the registered ``rl`` checkpoint. ``instances`` are the prompts (e.g. the model's learnable
+    band); None draws them with :func:`rl_instances`. ``hardware`` and ``report_to`` as for :func:`train_sft`;
     under ``accelerate launch`` only the main process writes the checkpoint and the store."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     hardware = hardware or resolve_hardware()
     main = is_main_process()
     bootcamps = registry.parse_names(bootcamps)  # imported ones through the workspace's resolver
+    if instances is not None:  # checked before anything loads: a leak fails fast
+        assert_not_held_out((i.id for i in instances), store.eval_ids(), store.probe_ids(), what="the RL training set")
     parent = checkpoints.resolve(store, base, record=main)
+    chosen = sorted(i.id for i in instances) if instances is not None else None
     model_id = checkpoints.checkpoint_id("rl", parent.model_id, sorted(bootcamps), levels, cfg.model_dump(),
-                                         hardware.precision, *processes())
+                                         hardware.precision, *processes(), *([chosen] if chosen else []))
     existing = checkpoints.find(store, model_id)
     if existing is not None:
         return TrainResult(existing, existing.metrics, reused=True)
@@ -103,8 +109,10 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
-    instances = rl_instances(store, bootcamps, cfg.instances_per_bootcamp, cfg.seed, levels)
-    assert_not_eval((i.id for i in instances), store.eval_ids(), what="the RL training set")
+    if instances is None:
+        instances = rl_instances(store, bootcamps, cfg.instances_per_bootcamp, cfg.seed, levels)
+    instances = list(instances)
+    assert_not_held_out((i.id for i in instances), store.eval_ids(), store.probe_ids(), what="the RL training set")
     if main:
         store.write_instances(instances, split="train")
     train = datasets.Dataset.from_list(rl_rows(instances))

@@ -1,0 +1,73 @@
+"""RL's part of a cycle: find the learnable band of the SFT checkpoint, train on it, measure the effect.
+
+GRPO learns only from groups whose rewards differ, so its prompts are the train instances where the
+model's pass@k lies strictly between 0 and 1 (``training.rl.band_samples`` samples each, at the RL
+temperature). A share of the band (``band_holdout``) is held out of training; the SFT and the RL
+checkpoint both play it with the same samples, so RL's effect is measured on instances neither saw
+in RL, apart from the selection bias both share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from campflow.config import CampflowConfig
+from campflow.flows.collect import collect_flow
+from campflow.storage.schema import RETRYABLE_SQL
+from campflow.storage.store import Store
+from campflow.storage.workspace import Workspace
+from campflow.training.rl import rl_instances
+
+
+def sampling_policy(cfg: CampflowConfig, path: Path) -> CampflowConfig:
+    """``cfg`` with the local model at ``path`` sampling at the RL temperature."""
+    out = cfg.model_copy(deep=True)
+    out.policy.kind, out.policy.model = "local", str(path)
+    out.policy.temperature = cfg.training.rl.temperature
+    return out
+
+
+@dataclass
+class Band:
+    """The learnable band of a model: RL's prompts and the instances held out to measure RL on."""
+
+    run_id: str
+    calibrated: int
+    prompts: list[str]
+    holdout: list[str]
+
+
+def find_band(cfg: CampflowConfig, runner: object, sft_path: Path, run_id: str,
+              levels: dict[str, list[int]]) -> Band:
+    """Calibrate the SFT checkpoint on train instances at ``levels`` and split its band."""
+    ws = Workspace.from_config(cfg)
+    rl = cfg.training.rl
+    candidates = rl_instances(ws.store, cfg.training.bootcamps, rl.instances_per_bootcamp, rl.seed, levels)
+    ws.store.write_instances(candidates, split="train")
+    collect_flow.with_options(task_runner=runner)(sampling_policy(cfg, sft_path), run_id,
+                                                  only_ids=[i.id for i in candidates], kind="calibrate",
+                                                  samples=rl.band_samples)
+    band = band_ids(ws.store, run_id)
+    ordered = sorted(band, key=lambda iid: hashlib.sha256(f"holdout:{iid}".encode()).hexdigest())
+    held = round(rl.band_holdout * len(ordered)) if len(ordered) > 1 else 0
+    return Band(run_id, len(candidates), sorted(ordered[held:]), sorted(ordered[:held]))
+
+
+def band_ids(store: Store, run_id: str) -> list[str]:
+    """Instances of ``run_id`` some but not all of whose measured samples passed."""
+    rows = store.query(f"""SELECT instance_id FROM episodes WHERE run_id = ? AND termination NOT IN {RETRYABLE_SQL}
+                           GROUP BY instance_id HAVING bool_or(success) AND NOT bool_and(success)
+                           ORDER BY instance_id""", [run_id])
+    return [r["instance_id"] for r in rows]
+
+
+def measure(cfg: CampflowConfig, runner: object, path: Path, run_id: str, instance_ids: list[str]) -> float:
+    """The pass rate of the local model at ``path`` on ``instance_ids``, ``band_samples`` each."""
+    collect_flow.with_options(task_runner=runner)(sampling_policy(cfg, path), run_id, only_ids=instance_ids,
+                                                  kind="calibrate", samples=cfg.training.rl.band_samples)
+    store = Workspace.from_config(cfg).store
+    value = store.scalar(f"SELECT avg(success::INTEGER) FROM episodes WHERE run_id = ? "
+                         f"AND termination NOT IN {RETRYABLE_SQL}", [run_id])
+    return float(value or 0.0)
