@@ -74,7 +74,7 @@ def test_self_teacher_rows_keep_each_turns_reasoning_as_a_qwen3_template_renders
     rows = list(datasets.load_from_disk(str(store.query(
         "SELECT path FROM datasets WHERE dataset_id = ?", [build_dataset_task(cfg, runs, str(base.path))])[0]["path"])))
     teachers = {r["instance_id"]: (r["teacher"], r["oracle_no_reasoning"]) for r in rows}
-    assert {i: t for i, t in teachers.items() if i in oracle_ids} == {i: ("oracle", True) for i in oracle_ids}
+    assert {i: t for i, t in teachers.items() if i in oracle_ids} == {i: ("demonstrator", True) for i in oracle_ids}  # the oracle teacher plays grounded
     assert {t for i, t in teachers.items() if i not in oracle_ids} == {("scripted", False)}
     tok = AutoTokenizer.from_pretrained(base.path)
     checked = 0

@@ -155,7 +155,7 @@ def build_sft_dataset(store: Store, workspace: Path, run_ids: Sequence[str], cfg
                       thinking: bool = False, exclude_oracle: bool = False) -> DatasetBuild:
     """Filter the episodes of ``run_ids`` into an SFT dataset, save it and record it in ``datasets``.
 
-    Each row says which ``teacher`` wrote it (the episode's model id: ``oracle``, a checkpoint, an endpoint
+    Each row says which ``teacher`` wrote it (the episode's model id: ``demonstrator`` for the oracle teacher, a checkpoint, an endpoint
     model). For a ``thinking`` model, oracle rows (no reasoning) are marked ``oracle_no_reasoning`` and,
     with ``exclude_oracle``, left out; model rows keep each turn's reasoning as ``reasoning_content``,
     which Qwen3-style templates render.
