@@ -106,14 +106,18 @@ def _across_processes(spec: ImportSpec, levels: list[int], level_seconds: float)
             continue
         seed = next((s for s in PROBE_SEEDS if a.digests.get(s) != b.digests.get(s)), None)
         if seed is not None:
-            raise ImportSourceError(_nondeterminism(spec, lv, seed, a, b, level_seconds))
+            raise ImportSourceError(_nondeterminism(spec, levels, lv, seed, a, b, level_seconds))
     return first
 
 
-def _nondeterminism(spec: ImportSpec, level: int, seed: int, a: LevelProbe, b: LevelProbe,
+def _nondeterminism(spec: ImportSpec, levels: list[int], level: int, seed: int, a: LevelProbe, b: LevelProbe,
                     level_seconds: float) -> str:
-    """The refusal for an instance that differs between the two processes, with its cause told apart."""
-    again = probe_in_processes(spec, [level], PROBE_SEEDS, hash_seed=HASH_SEEDS[0], reverse=True, score=False,
+    """The refusal for an instance that differs between the two processes, with its cause told apart.
+
+    A third child replays the second's plan (every level, the same order) with the first's hash seed:
+    agreeing with the first, the hash seed is the cause; with the second, the order; with neither, neither.
+    """
+    again = probe_in_processes(spec, levels, PROBE_SEEDS, hash_seed=HASH_SEEDS[0], reverse=True, score=False,
                                level_seconds=level_seconds)[level]
     where = (f"{spec.adapter} source {spec.source!r} gives another task for the same instance in another "
              f"process (level {level}, seed {seed})")
