@@ -180,7 +180,8 @@ def _run_child(plan: dict[str, Any], hash_seed: str, level_seconds: float) -> li
         if current is not None:  # the child died inside a level (a crash, os._exit, out of memory)
             stderr.seek(0)
             tail = " ".join(stderr.read().split()[-30:])
-            found.append(LevelProbe(current, error=f"the generating process died (exit {proc.returncode}): {tail}"[:300]))
+            died = f"the generating process died (exit {proc.returncode}): {tail}"
+            found.append(LevelProbe(current, error=died[:300]))
         elif not found and plan["levels"]:
             stderr.seek(0)
             raise ImportSourceError(f"{plan['spec']['source']}: a fresh process could not probe it (exit "
