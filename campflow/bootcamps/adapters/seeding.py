@@ -14,6 +14,7 @@ of strings); the import's cross-process check (:mod:`~campflow.bootcamps.adapter
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import sys
 import threading
@@ -26,9 +27,9 @@ GENERATION_LOCK = threading.RLock()  # seeding the global generators must not in
 
 @contextmanager
 def seeded_globals(seed: int) -> Iterator[None]:
-    """Run the block with ``random`` and (if loaded) ``numpy.random`` seeded from ``seed``; restore them after."""
+    """Run the block with ``random`` and (if installed) ``numpy.random`` seeded from ``seed``; restore them after."""
     with GENERATION_LOCK:
-        np = sys.modules.get("numpy")
+        np = _numpy()
         saved = random.getstate(), (np.random.get_state() if np is not None else None)
         random.seed(seed)
         if np is not None:
@@ -40,6 +41,14 @@ def seeded_globals(seed: int) -> Iterator[None]:
             np_now = sys.modules.get("numpy")
             if np_now is not None and saved[1] is not None:
                 np_now.random.set_state(saved[1])
+
+
+def _numpy() -> Any:
+    """numpy, imported now if it is installed: a source importing it mid-generation would escape the seeding."""
+    np = sys.modules.get("numpy")
+    if np is None and importlib.util.find_spec("numpy") is not None:
+        import numpy as np
+    return np
 
 
 def reseed_object(obj: Any, seed: int) -> None:
