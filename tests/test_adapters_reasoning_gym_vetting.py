@@ -45,7 +45,7 @@ def imported(store, source: str, options: dict | None = None, **kwargs):
 def questions_in_a_fresh_process(source: str, hash_seed: str) -> list[str]:
     code = ("import json, sys\nfrom campflow.bootcamps.adapters import ImportSpec, build_bootcamp\n"
             "b = build_bootcamp(ImportSpec(name='rg-' + sys.argv[1], adapter='reasoning-gym', source=sys.argv[1]))\n"
-            "print(json.dumps([b.generate(lv, s).data['question'] for lv in sorted(b.levels) for s in range(3)]))\n")
+            "print(json.dumps([b.generate(lv, s).data['question'] for lv in sorted(b.levels) for s in range(10)]))\n")
     out = subprocess.run([sys.executable, "-c", code, source], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": hash_seed})
     return json.loads(out.stdout.splitlines()[-1])  # codeio prints its generators' errors first
@@ -69,8 +69,8 @@ def test_composite_says_it_needs_its_datasets_and_mixes_the_ones_named(tmp_path:
 @pytest.mark.parametrize("source", ["list_functions", "codeio"])
 def test_generators_that_draw_on_global_random_give_one_task_per_id(source: str) -> None:
     b = rg(source)
-    here = [b.generate(lv, s).data["question"] for lv in sorted(b.levels) for s in range(3)]
-    backwards = [b.generate(lv, s).data["question"] for lv in sorted(b.levels, reverse=True) for s in (2, 1, 0)]
+    here = [b.generate(lv, s).data["question"] for lv in sorted(b.levels) for s in range(10)]
+    backwards = [b.generate(lv, s).data["question"] for lv in sorted(b.levels, reverse=True) for s in range(9, -1, -1)]
     assert backwards[::-1] == here, "the same ids in the other order are the same tasks"
     assert questions_in_a_fresh_process(source, "5") == here
 
