@@ -73,7 +73,9 @@ def vet_import(spec: ImportSpec, bootcamp: Bootcamp, *, cross_process: bool = Tr
     keep = [lv for lv in levels if lv not in failed]
     if not keep:
         reasons = "; ".join(f"level {lv}: {p.error}" for lv, p in sorted(failed.items()))
-        raise ImportSourceError(f"{what}: no level generates ({reasons})"[:600])
+        slow = any(p.timed_out for p in failed.values())
+        raise ImportSourceError(f"{what}: no level generates ({reasons[:500]})"
+                                + ("; a slow generator can have more time with --level-seconds" if slow else ""))
     notes += [f"level {lv} dropped: {p.error}" for lv, p in sorted(failed.items())]
     bound = _measured_bound(bootcamp, [probes[lv] for lv in keep])
     if bound is not None:
