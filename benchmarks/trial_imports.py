@@ -24,6 +24,8 @@ installed (``pip install -e CHECKOUT``). Classes are every ``--stride``-th of th
 names plus ``Game24bootcamp``, imported by file path (the Codeforces-derived ones do ``from bootcamp
 import``), with ``--levels-from`` the class's ``examples/pipelines/*_configs/<name>_train.json`` where
 one exists (file stem without ``codecontests<N>`` and ``_``, compared case-blind to the class name).
+``--dotted`` imports them as ``internbootcamp:Name`` instead and ``--no-levels`` leaves the level files
+out: together, what a campflow without file-path resolution or ``--levels-from`` could import.
 
 Not in ``make bench`` (its name): it takes 10-30 minutes. Run it against an older checkout of campflow
 (``PYTHONPATH=OLD python benchmarks/trial_imports.py ...``) for before/after figures; it uses only APIs
@@ -58,6 +60,9 @@ def main() -> None:
     parser.add_argument("--source", choices=["internbootcamp", "reasoning-gym"], default="reasoning-gym")
     parser.add_argument("--checkout", default=os.environ.get("CAMPFLOW_INTERNBOOTCAMP"))
     parser.add_argument("--stride", type=int, default=50)
+    parser.add_argument("--dotted", action="store_true", help="import classes as internbootcamp:Name, not by file")
+    parser.add_argument("--no-levels", action="store_true",
+                        help="leave out InternBootcamp's level files (a campflow without --levels-from)")
     parser.add_argument("--only", default="", help="comma-separated item names (default: all)")
     parser.add_argument("--seconds", type=float, default=180.0, help="time limit of each worker")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -69,7 +74,7 @@ def main() -> None:
         if not args.checkout:
             raise SystemExit("trial_imports: pass --checkout or set CAMPFLOW_INTERNBOOTCAMP to an InternBootcamp "
                              "checkout")
-        items = _internbootcamp_items(Path(args.checkout), args.stride)
+        items = _internbootcamp_items(Path(args.checkout), args.stride, dotted=args.dotted, levels=not args.no_levels)
     else:
         items = _reasoning_gym_items()
     if args.only:
@@ -277,7 +282,7 @@ def _reasoning_gym_items() -> list[dict[str, Any]]:
             for name in sorted(factory.DATASETS)]
 
 
-def _internbootcamp_items(checkout: Path, stride: int) -> list[dict[str, Any]]:
+def _internbootcamp_items(checkout: Path, stride: int, *, dotted: bool, levels: bool) -> list[dict[str, Any]]:
     code = ("import inspect, json, sys\nimport internbootcamp\n"
             "print(json.dumps({n: inspect.getsourcefile(getattr(internbootcamp, n)) for n in dir(internbootcamp) "
             "if n.endswith('bootcamp') and inspect.isclass(getattr(internbootcamp, n))}))")
@@ -292,8 +297,9 @@ def _internbootcamp_items(checkout: Path, stride: int) -> list[dict[str, Any]]:
     configs = _config_files(checkout)
     items = []
     for name in picked:
-        item: dict[str, Any] = {"label": name, "adapter": "internbootcamp", "source": f"{files[name]}:{name}"}
-        config = configs.get(name.lower().removesuffix("bootcamp"))
+        source = f"internbootcamp:{name}" if dotted else f"{files[name]}:{name}"
+        item: dict[str, Any] = {"label": name, "adapter": "internbootcamp", "source": source}
+        config = configs.get(name.lower().removesuffix("bootcamp")) if levels else None
         if config is not None:
             item["options"] = {"levels": json.loads(config.read_text()) or [{}]}
             item["label"] = f"{name} (levels: {config.name})"
