@@ -78,14 +78,20 @@ def probe_level(bootcamp: Bootcamp, level: int, seeds: Sequence[int], *, score: 
         try:
             instance, result.digests[seed] = generated(bootcamp, level, seed)
         except CampflowError as exc:  # the adapter already said what failed
-            result.error = str(exc)[:300]
+            result.error = _clipped(str(exc))
             return result
         except Exception as exc:  # the source's generator failed: the level is not usable
-            result.error = f"{type(exc).__name__}: {exc}"[:300]
+            result.error = _clipped(f"{type(exc).__name__}: {exc}")
             return result
         if score and isinstance(bootcamp, AnswerBootcamp):
             _grade_probes(bootcamp, instance, seed, result)
     return result
+
+
+def _clipped(text: str, limit: int = 300) -> str:
+    """``text`` within ``limit`` characters, keeping both ends (the source's own error comes last)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[:limit // 3]} ... {text[-(2 * limit // 3):]}"
 
 
 def _grade_probes(bootcamp: AnswerBootcamp, instance: Instance, seed: int, result: LevelProbe) -> None:
