@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: install run test bench vllm clean
+.PHONY: install run test lint format bench vllm clean
 
 # Torch goes in first and pinned: the CPU wheel lies on this disk, while a looser
 # requirement pulled in by another package would fetch a multi-GB CUDA build.
@@ -22,8 +22,17 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/campflow improve --config configs/default.yaml
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -q -x
+
+# ruff's lint and format rules are in pyproject.toml; `make format` applies both
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

@@ -6,7 +6,9 @@ the bootcamp is built and smoke-tested, recorded in the workspace's store and fr
 
 ``--config key=value`` sets a knob of the source (a reasoning-gym config field, an environment
 keyword argument, a constructor argument); values are read as YAML. The campflow config file, which
-other commands take as ``--config``, is ``--config-file`` here.
+other commands take as ``--config``, is ``--config-file`` here. ``--no-process-check`` vets the source
+in this process (faster; no hash-seed check, no time limit per level); see
+:mod:`campflow.bootcamps.adapters.vetting` for what every import checks.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ KnobsOption = typer.Option([], "--config", help="a source knob as key=value (rep
 NameOption = typer.Option(None, "--as", "--name", help="bootcamp name (default: the adapter prefix and source name)")
 ReplaceOption = typer.Option(False, "--replace", help="import again over an earlier import of this name")
 ConfigFileOption = typer.Option(None, "--config-file", help="campflow YAML config (default: built-in defaults)")
+ProcessCheckOption = typer.Option(True, "--process-check/--no-process-check",
+                                  help="vet in two fresh processes (hash seeds 1 and 2, each level under "
+                                       "--level-seconds); off: in this process, faster, no hash-seed check")
+LevelSecondsOption = typer.Option(30.0, "--level-seconds", min=1.0,
+                                  help="a level whose probe instances take longer to generate is dropped")
 
 
 @import_app.command("reasoning-gym")
@@ -32,9 +39,10 @@ def import_reasoning_gym(
     dataset: str = typer.Argument(..., help="procedural dataset name, e.g. basic_arithmetic"),
     knobs: list[str] = KnobsOption, name: str | None = NameOption, replace: bool = ReplaceOption,
     config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
+    process_check: bool = ProcessCheckOption, level_seconds: float = LevelSecondsOption,
 ) -> None:
     """A reasoning-gym dataset as a single-turn bootcamp with a submit(answer) tool."""
-    _import("reasoning-gym", dataset, knobs, name, replace, config_file, db)
+    _import("reasoning-gym", dataset, knobs, name, replace, config_file, db, process_check, level_seconds)
 
 
 @import_app.command("gymnasium")
@@ -42,9 +50,10 @@ def import_gymnasium(
     env_id: str = typer.Argument(..., help="environment id with discrete actions, e.g. FrozenLake-v1"),
     knobs: list[str] = KnobsOption, name: str | None = NameOption, replace: bool = ReplaceOption,
     config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
+    process_check: bool = ProcessCheckOption, level_seconds: float = LevelSecondsOption,
 ) -> None:
     """A Gymnasium environment as a multi-turn bootcamp with a step(action) tool."""
-    _import("gymnasium", env_id, knobs, name, replace, config_file, db)
+    _import("gymnasium", env_id, knobs, name, replace, config_file, db, process_check, level_seconds)
 
 
 @import_app.command("function-calling")
@@ -53,23 +62,34 @@ def import_function_calling(
     split: str | None = typer.Option(None, "--split", help="split of a saved DatasetDict (default: train)"),
     name: str | None = NameOption, replace: bool = ReplaceOption,
     config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
+    process_check: bool = ProcessCheckOption, level_seconds: float = LevelSecondsOption,
 ) -> None:
     """Rows with messages, tools and expected calls as a bootcamp scored by call matching."""
     _import("function-calling", str(path.resolve()), [f"split={split}"] if split else [], name, replace,
-            config_file, db)
+            config_file, db, process_check, level_seconds)
 
 
 @import_app.command("class")
 def import_class(
     source: str = typer.Argument(..., help="package.module:Class, package.module.Class or path/file.py:Class"),
     knobs: list[str] = KnobsOption, name: str | None = NameOption, replace: bool = ReplaceOption,
+    levels_from: Path | None = typer.Option(
+        None, "--levels-from", help="difficulty levels: an InternBootcamp config file, a JSON list of "
+                                    "constructor arguments (examples/pipelines/*_configs/*.json)"),
     config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
+    process_check: bool = ProcessCheckOption, level_seconds: float = LevelSecondsOption,
 ) -> None:
     """An InternBootcamp-style class (case_generator, prompt_func, verify_score) as a bootcamp."""
     module, sep, cls = source.rpartition(":")
     if sep and module.endswith(".py"):  # a file path must survive a change of working directory
         source = f"{Path(module).resolve()}:{cls}"
-    _import("internbootcamp", source, knobs, name, replace, config_file, db)
+    levels = None
+    if levels_from is not None:  # the file's content goes on record, not its path
+        from campflow.bootcamps.adapters.class_sources import read_levels_file
+
+        levels = read_levels_file(levels_from)
+    _import("internbootcamp", source, knobs, name, replace, config_file, db, process_check, level_seconds,
+            levels=levels)
 
 
 @app.command("imports")
@@ -95,7 +115,8 @@ def imports_command(
 
 
 def _import(adapter: str, source: str, pairs: list[str], name: str | None, replace: bool,
-            config_file: Path | None, db: Path | None) -> None:
+            config_file: Path | None, db: Path | None, process_check: bool = True, level_seconds: float = 30.0,
+            levels: list[dict] | None = None) -> None:
     from pydantic import ValidationError
 
     from campflow.bootcamps.adapters import ImportSpec, default_name, parse_options
@@ -105,14 +126,21 @@ def _import(adapter: str, source: str, pairs: list[str], name: str | None, repla
     from campflow.storage.workspace import Workspace
 
     cfg = config_with(config_file, db)
+    options = parse_options(pairs)
+    if levels is not None:
+        from campflow.bootcamps.adapters.class_bootcamps import LEVELS_OPTION
+
+        options[LEVELS_OPTION] = levels
     try:
         spec = ImportSpec(name=name or default_name(adapter, source), adapter=adapter, source=source,
-                          options=parse_options(pairs))
+                          options=options)
     except ValidationError as exc:
         raise ImportSourceError(format_validation_error(exc)) from None
     ws = Workspace.from_config(cfg)
     ws.load_imports()
-    spec, bootcamp = import_bootcamp(spec, ws.store, replace=replace)
+    spec, bootcamp = import_bootcamp(spec, ws.store, replace=replace,
+                                     cross_process=process_check, level_seconds=level_seconds,
+                                     say=lambda note: console.print(f"note: {note}", markup=False))
     instance = bootcamp.generate(None, 0)
     tools = ", ".join(t.name for t in bootcamp.tools(instance))
     console.print(f"imported [bold]{spec.name}[/] ({adapter} {source}) version {spec.version}: "

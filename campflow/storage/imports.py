@@ -1,8 +1,9 @@
 """Imports on record: the store's ``imported_bootcamps`` table, and loading it back into the registry.
 
 :func:`import_bootcamp` is the Python API of ``campflow import``: it checks the name, builds the
-bootcamp (which validates the source), generates one instance per level so a bad option fails now
-rather than mid-evaluation, records the spec with the version it saw, and registers it.
+bootcamp (which validates the source), vets it (:mod:`campflow.bootcamps.adapters.vetting`: every level
+generates in time, the same instance in two processes is the same task, the scorer rewards no nonsense;
+levels that fail are dropped), records the spec with the levels and version it saw, and registers it.
 :func:`register_recorded` loads them back; only the workspace calls it, the first time a name is not
 registered (:class:`campflow.storage.workspace.Workspace`).
 
@@ -13,23 +14,28 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 
 from campflow.bootcamps import registry
 from campflow.bootcamps.adapters import ImportSpec, build_bootcamp, register_import
+from campflow.bootcamps.adapters.vetting import LEVEL_SECONDS, vet_import
 from campflow.bootcamps.base import Bootcamp
-from campflow.errors import ImportSourceError, InvalidParamsError
+from campflow.errors import ImportSourceError
 from campflow.storage.store import Store
 
-SMOKE_SEED = 0
 
+def import_bootcamp(spec: ImportSpec, store: Store, *, replace: bool = False, cross_process: bool = True,
+                    level_seconds: float = LEVEL_SECONDS,
+                    say: Callable[[str], None] | None = None) -> tuple[ImportSpec, Bootcamp]:
+    """Validate, vet, record and register one import; returns the recorded spec (version set) and the bootcamp.
 
-def import_bootcamp(spec: ImportSpec, store: Store, *, replace: bool = False) -> tuple[ImportSpec, Bootcamp]:
-    """Validate, record and register one import; returns the recorded spec (version set) and the bootcamp.
+    ``cross_process`` and ``level_seconds`` are the vetting's (run in two child processes, each level
+    under that time limit); ``say`` receives its notes, one line each.
 
     Raises:
-        ImportSourceError: the name is taken (pass ``replace=True`` to re-import an imported name) or
-            the source cannot become a bootcamp.
+        ImportSourceError: the name is taken (pass ``replace=True`` to re-import an imported name), the
+            source cannot become a bootcamp, or the vetting refuses it.
     """
     existing = next((e for e in registry.entries() if e.name == spec.name), None)
     if existing is not None and existing.origin != "imported":
@@ -39,14 +45,9 @@ def import_bootcamp(spec: ImportSpec, store: Store, *, replace: bool = False) ->
     if spec.name in recorded_names and not replace:
         raise ImportSourceError(f"{spec.name!r} is already imported; pass --replace to import it again")
     bootcamp = build_bootcamp(spec)
-    for level in sorted(bootcamp.levels):
-        try:
-            bootcamp.prompt(bootcamp.generate(level, SMOKE_SEED))
-        except (ImportSourceError, InvalidParamsError):
-            raise
-        except Exception as exc:  # the source's own generator failed: say where, not a traceback
-            raise ImportSourceError(f"{spec.adapter} source {spec.source!r} failed to generate level {level}: "
-                                    f"{type(exc).__name__}: {exc}") from None
+    vetted = vet_import(spec, bootcamp, cross_process=cross_process, level_seconds=level_seconds, say=say)
+    if vetted != spec:  # levels dropped or the bound raised: the bootcamp on record is the vetted one
+        spec, bootcamp = vetted, build_bootcamp(vetted)
     spec = spec.model_copy(update={"version": bootcamp.version})
     record(store, spec)
     register_import(spec, replace=True)

@@ -18,6 +18,12 @@ spec as JSON kwargs, so nothing is imported until :func:`~campflow.bootcamps.reg
 registry entry stays picklable. The adapter's third-party package (reasoning-gym, gymnasium) is
 imported only then, never by ``campflow --help``.
 
+Vetting: ``campflow import`` (:func:`campflow.storage.imports.import_bootcamp`) runs
+:mod:`~campflow.bootcamps.adapters.vetting` on every import before recording it: each level must
+generate in time, the same instance must be the same task in two processes with different hash seeds,
+a scorer must not give full marks to nonsense; failing levels are dropped and what was measured (the
+levels kept, a raised wrong-answer bound) goes into the recorded spec's options.
+
 Versions: every adapter computes its bootcamp's ``version`` from its own revision and the source's
 (the package version, or a hash of the file or module), so instance ids change when the source does.
 ``ImportSpec.version`` records the version seen at import time.

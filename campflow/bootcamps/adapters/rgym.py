@@ -13,7 +13,10 @@ Mapping:
             Without a curriculum every level is the default config. Import options override every level.
     item    ``(params, seed)`` -> ``create_dataset(name, seed=s, size=1, **config)[0]`` with ``s`` drawn
             from the instance's rng: the dataset's documented API, correct for datasets that generate
-            eagerly in ``__init__`` as well as lazily. Entries are cached per (config, s). A generator
+            eagerly in ``__init__`` as well as lazily. It runs with ``random`` and ``numpy.random``
+            seeded from ``s`` (:mod:`~campflow.bootcamps.adapters.seeding`): ``list_functions``'
+            generators and the code ``codeio`` executes draw from the global ``random``, so without it
+            one id gave another task on every call. Entries are cached per (config, s). A generator
             that gives up on a seed (countdown's top levels do) gets up to five seeds, still drawn
             from the instance's rng, so the instance stays deterministic.
     reward  ``dataset.score_answer(answer, entry)``, reasoning-gym's own scorer, on a dataset object of
@@ -22,11 +25,17 @@ Mapping:
             no single reference answer; their oracle raises ImportSourceError, so they can be evaluated
             but give no teacher demonstrations.
 
-Option ``curriculum_levels=[0,2,4]`` picks the curriculum's global levels by hand, for datasets whose
-generator fails at a level its config accepts (letter_jumble's and spell_backward's top levels).
+Option ``curriculum_levels=[0,2,4]`` picks the curriculum's global levels by hand (repeats allowed).
+The import writes it itself when its checks drop a level whose generator fails or never finishes
+(letter_jumble's and spell_backward's top levels fail, puzzle24's level 4 loops forever): the levels
+left are the ones on record.
+
+``composite`` mixes other datasets and needs them named: ``--config 'datasets=[gcd, chain_sum]'``,
+each item a dataset name or ``{name, weight, config}`` (weight 1 and the default config if left out).
 
 Some reasoning-gym scorers give a little format credit (0.01-0.05) to any answer, hence
-``wrong_answer_bound = 0.05``.
+``wrong_answer_bound = 0.05``; option ``wrong_answer_bound`` is the bound the import measured where a
+scorer gives more (see :mod:`~campflow.bootcamps.adapters.vetting`).
 """
 
 from __future__ import annotations
@@ -44,17 +53,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.adapters.single_turn import AnswerBootcamp, answer_instructions
+from campflow.bootcamps.adapters.seeding import GENERATION_LOCK, seeded_globals
+from campflow.bootcamps.adapters.single_turn import BOUND_OPTION, AnswerBootcamp, answer_instructions
 from campflow.bootcamps.adapters.source_params import (
     Knob, explain, json_form, knob, params_model, source_kwargs,
 )
 from campflow.bootcamps.base import Bootcamp, Instance, Params
 from campflow.errors import ImportSourceError
 
-ADAPTER_REVISION = "1"
+ADAPTER_REVISION = "2"
 OURS = ("seed", "size")  # config fields the adapter sets itself
 MAX_LEVELS = 5
-CHOSEN_LEVELS = "curriculum_levels"  # the one option that is not a config field
+MIN_LEVELS = 3
+CHOSEN_LEVELS = "curriculum_levels"  # with BOUND_OPTION, the options that are not config fields
 ATTEMPTS = 5  # seeds tried per instance before a generator's failure is reported
 _CACHE_SIZE = 4096  # entries
 _SCORERS = 8  # dataset objects
@@ -71,6 +82,9 @@ def build(spec: ImportSpec) -> Bootcamp:
     _, config_cls = factory.DATASETS[name]
     options = dict(spec.options)
     chosen = options.pop(CHOSEN_LEVELS, None)
+    bound = options.pop(BOUND_OPTION, None)
+    if name == "composite":
+        options = _composite_options(options)
     knobs = _knobs(name, config_cls, options)
     check = _checker(config_cls)
     try:
@@ -78,7 +92,7 @@ def build(spec: ImportSpec) -> Bootcamp:
     except (AssertionError, ValueError, TypeError) as exc:
         raise ImportSourceError(f"reasoning-gym dataset {name!r} rejects its config with options "
                                 f"{options}: {exc or type(exc).__name__}") from None
-    presets = _presets(name, factory, knobs, options, check, chosen)
+    curriculum, presets = _presets(name, factory, knobs, options, check, chosen)
     knobs = _fit_to_presets(knobs, presets)
     model = params_model(f"RG_{name}_Params", knobs, check=check,
                          doc=f"Config fields of reasoning-gym's {name} dataset, plus the level.")
@@ -89,10 +103,11 @@ def build(spec: ImportSpec) -> Bootcamp:
            f"Imported from reasoning-gym {importlib.metadata.version('reasoning-gym')}: params are the "
            f"dataset's config fields, levels follow its curriculum, and the reward is reasoning-gym's own "
            f"score_answer.")
-    cls = type(f"ReasoningGym_{name}", (ReasoningGymBootcamp,), {
-        "__doc__": doc, "name": spec.name, "version": version, "params_model": model, "levels": levels,
-        "__module__": __name__,
-    })
+    attrs = {"__doc__": doc, "name": spec.name, "version": version, "params_model": model, "levels": levels,
+             "__module__": __name__, "curriculum": tuple(curriculum)}
+    if bound is not None:
+        attrs["wrong_answer_bound"] = float(bound)
+    cls = type(f"ReasoningGym_{name}", (ReasoningGymBootcamp,), attrs)
     return cls(name, knobs)
 
 
@@ -100,6 +115,8 @@ class ReasoningGymBootcamp(AnswerBootcamp):
     """A reasoning-gym dataset as a bootcamp (one dynamic subclass per import; see the module docstring)."""
 
     wrong_answer_bound = 0.05
+    #: the curriculum's global level behind each level (None where the dataset has no curriculum)
+    curriculum: typing.ClassVar[tuple[int | None, ...]] = ()
 
     def __init__(self, dataset: str, knobs: list[Knob]) -> None:
         self.dataset = dataset
@@ -121,8 +138,7 @@ class ReasoningGymBootcamp(AnswerBootcamp):
             return {"question": str(entry["question"]), "answer": None if answer is None else str(answer),
                     "rg_seed": rg_seed}
         raise ImportSourceError(f"reasoning-gym dataset {self.dataset!r} failed to generate an item for "
-                                f"{params.model_dump()} with {ATTEMPTS} seeds: {error} (import it with "
-                                f"--config {CHOSEN_LEVELS}=[...] to leave out a curriculum level that fails)")
+                                f"{params.model_dump()} with {ATTEMPTS} seeds: {error}")
 
     def question(self, instance: Instance) -> str:
         return instance.data["question"]
@@ -137,6 +153,19 @@ class ReasoningGymBootcamp(AnswerBootcamp):
                                     "items, so the imported bootcamp has no oracle")
         return instance.data["answer"]
 
+    def respec(self, spec: ImportSpec, keep: typing.Sequence[int], wrong_answer_bound: float | None) -> ImportSpec:
+        options = dict(spec.options)
+        if list(keep) != sorted(self.levels):
+            chosen = [self.curriculum[lv - 1] for lv in keep]
+            if None in chosen:
+                raise ImportSourceError(f"reasoning-gym dataset {self.dataset!r} fails at level(s) "
+                                        f"{sorted(set(self.levels) - set(keep))} and has no curriculum to take "
+                                        "other levels from")
+            options[CHOSEN_LEVELS] = chosen + [chosen[-1]] * max(0, MIN_LEVELS - len(chosen))
+        if wrong_answer_bound is not None:
+            options[BOUND_OPTION] = wrong_answer_bound
+        return spec.model_copy(update={"options": options})
+
     def _item(self, params: Params, rg_seed: int) -> dict[str, Any]:
         """The dataset entry of a config and seed (cached: scoring reads the entry's metadata)."""
         key = (_config_key(params), rg_seed)
@@ -145,7 +174,9 @@ class ReasoningGymBootcamp(AnswerBootcamp):
             if hit is not None:
                 self._items.move_to_end(key)
                 return hit
-        entry = _factory().create_dataset(self.dataset, seed=rg_seed, size=1, **source_kwargs(params, self.knobs))[0]
+        with seeded_globals(rg_seed):  # whole, under the lock: codeio keeps its data on the class
+            entry = _factory().create_dataset(self.dataset, seed=rg_seed, size=1,
+                                              **source_kwargs(params, self.knobs))[0]
         with self._lock:
             self._items[key] = entry
             while len(self._items) > _CACHE_SIZE:
@@ -163,7 +194,8 @@ class ReasoningGymBootcamp(AnswerBootcamp):
             if hit is not None:
                 self._scorers.move_to_end(key)
                 return hit
-        dataset = _factory().create_dataset(self.dataset, seed=0, size=1, **source_kwargs(params, self.knobs))
+        with GENERATION_LOCK:
+            dataset = _factory().create_dataset(self.dataset, seed=0, size=1, **source_kwargs(params, self.knobs))
         with self._lock:
             self._scorers[key] = dataset
             while len(self._scorers) > _SCORERS:
@@ -247,23 +279,20 @@ def _bounded(k: Knob, base: dict[str, Any], check: typing.Callable[[dict[str, An
 
 
 def _presets(name: str, factory: Any, knobs: list[Knob], options: dict[str, Any],
-             check: typing.Callable[[dict[str, Any]], None], chosen: Any = None) -> list[dict[str, Any]]:
-    """Difficulty presets from the curriculum (see the module docstring), options applied to each.
+             check: typing.Callable[[dict[str, Any]], None],
+             chosen: Any = None) -> tuple[list[int | None], list[dict[str, Any]]]:
+    """Difficulty presets from the curriculum (see the module docstring), options applied to each, and the
+    curriculum's global level behind each (None without a curriculum).
 
     Curriculum levels whose config the dataset's own ``validate()`` rejects (caesar_cipher's upper
     levels ask for rotations past 25) are skipped; repeats of the last valid one pad to three.
-    ``chosen`` (the ``curriculum_levels`` option) names the global curriculum levels to use instead,
-    for datasets whose generator fails at some valid-looking level.
+    ``chosen`` (the ``curriculum_levels`` option) names the global curriculum levels to use instead.
     """
     if chosen is not None:
         return _chosen_presets(name, factory, knobs, options, chosen)
-    valid: list[dict[str, Any]] = []
+    valid: list[tuple[int | None, dict[str, Any]]] = []
     if factory.has_curriculum(name):
-        from reasoning_gym.coaching.base_curriculum import DefaultCurriculumContext, RangeAttributeMode
-
-        curriculum = factory.create_curriculum(name)
-        depth = max((len(a.levels) for a in curriculum.attributes.values()), default=1)
-        context = DefaultCurriculumContext(mode=RangeAttributeMode.UPPER_BOUND)
+        curriculum, depth, context = _curriculum(factory, name)
         for level in range(depth):
             curriculum.set_global_level(level)
             try:
@@ -272,35 +301,63 @@ def _presets(name: str, factory: Any, knobs: list[Knob], options: dict[str, Any]
                 check(source_kwargs_from(knobs, preset))
             except Exception:  # the curriculum's own level is invalid: not a preset
                 continue
-            if preset not in valid:
-                valid.append(preset)
+            if preset not in [p for _, p in valid]:
+                valid.append((level, preset))
     if not valid:
-        valid = [{k.name: k.default for k in knobs}]
-    count = min(max(len(valid), 3), MAX_LEVELS)
+        valid = [(None, {k.name: k.default for k in knobs})]
+    count = min(max(len(valid), MIN_LEVELS), MAX_LEVELS)
     picked = [valid[min(round(i * (len(valid) - 1) / (count - 1)), len(valid) - 1)] for i in range(count)]
-    return [{**p, **{k: json_form(v) for k, v in options.items()}} for p in picked]
+    return ([lv for lv, _ in picked],
+            [{**p, **{k: json_form(v) for k, v in options.items()}} for _, p in picked])
+
+
+def _curriculum(factory: Any, name: str) -> tuple[Any, int, Any]:
+    from reasoning_gym.coaching.base_curriculum import DefaultCurriculumContext, RangeAttributeMode
+
+    curriculum = factory.create_curriculum(name)
+    depth = max((len(a.levels) for a in curriculum.attributes.values()), default=1)
+    return curriculum, depth, DefaultCurriculumContext(mode=RangeAttributeMode.UPPER_BOUND)
 
 
 def _chosen_presets(name: str, factory: Any, knobs: list[Knob], options: dict[str, Any],
-                    chosen: Any) -> list[dict[str, Any]]:
+                    chosen: Any) -> tuple[list[int | None], list[dict[str, Any]]]:
     if not factory.has_curriculum(name):
         raise ImportSourceError(f"reasoning-gym dataset {name!r} has no curriculum to choose levels from")
-    curriculum = factory.create_curriculum(name)
-    depth = max((len(a.levels) for a in curriculum.attributes.values()), default=1)
+    curriculum, depth, context = _curriculum(factory, name)
     in_range = isinstance(chosen, list) and all(isinstance(c, int) and 0 <= c < depth for c in chosen)
-    if not (in_range and len(chosen) >= 3):
+    if not (in_range and len(chosen) >= MIN_LEVELS):
         raise ImportSourceError(f"{CHOSEN_LEVELS} = {chosen!r}: expected a list of at least three curriculum levels "
                                 f"between 0 and {depth - 1}")
-    from reasoning_gym.coaching.base_curriculum import DefaultCurriculumContext, RangeAttributeMode
-
-    context = DefaultCurriculumContext(mode=RangeAttributeMode.UPPER_BOUND)
     presets = []
     for level in chosen:
         curriculum.set_global_level(level)
         config = curriculum.generate_configuration({"seed": 0, "size": 1}, context)
         presets.append({**{k.name: json_form(getattr(config, k.name)) for k in knobs},
                         **{k: json_form(v) for k, v in options.items()}})
-    return presets
+    return list(chosen), presets
+
+
+def _composite_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``composite``'s ``datasets`` option in the form its config takes: names become ``{name, weight, config}``."""
+    datasets = options.get("datasets")
+    shape = ("each a dataset name or an object {name, weight, config}, e.g. --config 'datasets=[gcd, chain_sum]'")
+    if datasets is None:
+        raise ImportSourceError(f"reasoning-gym's composite dataset mixes other datasets and needs them named: "
+                                f"option datasets, a list of them, {shape}")
+    if not isinstance(datasets, list) or not datasets:
+        raise ImportSourceError(f"composite: datasets = {datasets!r}: expected a non-empty list, {shape}")
+    items = []
+    for item in datasets:
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or set(item) - {"name", "weight",
+                                                                                                  "config"}:
+            raise ImportSourceError(f"composite: dataset {item!r}: expected {shape}")
+        items.append({"weight": 1.0, "config": {}, **item})
+    unknown = [i["name"] for i in items if i["name"] not in _factory().DATASETS or i["name"] == "composite"]
+    if unknown:
+        raise ImportSourceError(f"composite: {unknown[0]!r} is not a reasoning-gym dataset it can mix")
+    return {**options, "datasets": items}
 
 
 def _levels(name: str, model: type[Params], presets: list[dict[str, Any]],

@@ -9,6 +9,15 @@ Scoring: the reward is the source's grade of the submitted text; success means a
 A source scorer that raises on odd model output scores 0 with reason ``scorer_error`` (the model's
 failure, not the infrastructure's). Failure reasons: ``no_answer``, ``partial`` (0 < reward < 1),
 ``mismatch``.
+
+Oracle: the source's reference answer, submitted only if the source's own scorer gives it full marks;
+one that does not (reasoning-gym's ``jugs`` answers "No solution" for puzzles it can solve) raises
+ImportSourceError, so teacher collection records ``infra_error`` and never trains on it, and the
+model is still scored by the scorer on that instance.
+
+Import options every single-turn adapter reads (:data:`BOUND_OPTION`): ``wrong_answer_bound`` sets
+the bound the import measured where a source's partial credit goes above the adapter's default
+(see :mod:`~campflow.bootcamps.adapters.vetting`).
 """
 
 from __future__ import annotations
@@ -16,15 +25,22 @@ from __future__ import annotations
 import inspect
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import ConfigDict, Field
 
 from campflow.bootcamps.base import (
     Action, Bootcamp, Instance, Observation, Params, Score, State, ToolArgs, tool,
 )
+from campflow.errors import ImportSourceError
+
+if TYPE_CHECKING:
+    from campflow.bootcamps.adapters import ImportSpec
 
 FULL = 1.0 - 1e-9
+BOUND_OPTION = "wrong_answer_bound"
+#: answers no task can call right: the import probes every scorer with them (see vetting)
+NONSENSE_ANSWERS = ("", "campflow probe: this is not an answer", "zq xv 0 none")
 
 
 class AnswerArgs(ToolArgs):
@@ -43,6 +59,8 @@ class AnswerBootcamp(Bootcamp[Params, State]):
     """
 
     default_max_turns = 3  # one answer, with room to recover from a malformed call
+    #: what the adapter decided while building this import (dropped keys, no oracle), said at import time
+    import_notes: ClassVar[tuple[str, ...]] = ()
 
     # -- what a subclass provides -----------------------------------------------------------------
 
@@ -56,6 +74,13 @@ class AnswerBootcamp(Bootcamp[Params, State]):
 
     def reference(self, instance: Instance) -> str:
         """The source's reference answer; raises ImportSourceError where the source has none."""
+        raise NotImplementedError
+
+    def respec(self, spec: ImportSpec, keep: Sequence[int], wrong_answer_bound: float | None) -> ImportSpec:
+        """The import spec with only levels ``keep`` (renumbered from 1) and, if given, the measured bound.
+
+        The import calls it when its checks drop a level; each adapter records levels in its own option.
+        """
         raise NotImplementedError
 
     # -- the four layers --------------------------------------------------------------------------
@@ -72,7 +97,7 @@ class AnswerBootcamp(Bootcamp[Params, State]):
     def score(self, instance: Instance, state: State, transcript: Sequence[Any]) -> Score:
         if state.answer is None:
             return Score(0.0, False, {"reason": "no_answer"})
-        reward, error = self._safe_grade(instance, state.answer)
+        reward, error = self.safe_grade(instance, state.answer)
         if reward >= FULL:
             return Score(1.0, True, {})
         details: dict[str, Any] = {"reason": "scorer_error" if error else ("partial" if reward > 0 else "mismatch"),
@@ -82,20 +107,27 @@ class AnswerBootcamp(Bootcamp[Params, State]):
         return Score(reward, False, details)
 
     def oracle(self, instance: Instance, state: State) -> Action:
-        return Action("submit", {"answer": self.reference(instance)})
+        answer = self.reference(instance)
+        reward, error = self.safe_grade(instance, answer)
+        if reward < FULL:
+            raise ImportSourceError(f"{self.name}: the source's reference answer {answer[:80]!r} scores {reward:g} "
+                                    f"under its own scorer{f' ({error})' if error else ''}, so instance "
+                                    f"{instance.id} has no oracle")
+        return Action("submit", {"answer": answer})
 
     def wrong_answer(self, instance: Instance, state: State, rng: random.Random) -> Action | None:
-        """The lowest-scoring of a few near misses of the reference (and the empty answer)."""
+        """The lowest-scoring of a few near misses of the reference and answers that are no answer at all."""
         try:
-            ref = self.reference(instance)
-        except Exception:  # no reference: the empty answer is the only candidate we can make
-            ref = ""
-        candidates = [c for c in _near_misses(ref, rng) if c != ref]
-        scored = [(self._safe_grade(instance, c)[0], i, c) for i, c in enumerate(candidates)]
+            ref: str | None = self.reference(instance)
+        except Exception:  # no reference: only the answers that are no answer at all are candidates
+            ref = None
+        candidates = [c for c in [*_near_misses(ref or "", rng), *NONSENSE_ANSWERS] if c != ref]
+        scored = [(self.safe_grade(instance, c)[0], i, c) for i, c in enumerate(candidates)]
         best = min(scored)
         return Action("submit", {"answer": best[2]}) if best[0] < FULL else None
 
-    def _safe_grade(self, instance: Instance, answer: str) -> tuple[float, str | None]:
+    def safe_grade(self, instance: Instance, answer: str) -> tuple[float, str | None]:
+        """The source's grade clipped to [0, 1], and the scorer's error if it raised (then the grade is 0)."""
         try:
             value = float(self.grade(instance, answer))
         except Exception as exc:  # the source's scorer choking on odd output is the model's failure

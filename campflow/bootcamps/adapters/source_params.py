@@ -7,13 +7,15 @@ type has no JSON form (a callable, an object) is not a knob and keeps the source
 
 Type mapping: ``bool``/``int``/``float``/``str`` as they are; ``Optional[X]`` as ``X | None``;
 ``Literal`` as it is; an ``Enum`` as a ``Literal`` of its values (converted back to members for the
-source); lists, tuples and sequences as JSON lists (back to tuples where the source's default is one);
+source); lists, tuples and sequences as JSON lists (back to tuples where the source's default is one),
+a list of dataclasses as a list of JSON objects (each built into the dataclass for the source);
 dicts as JSON objects. An untyped parameter, or one whose default does not fit its annotation, takes
 the type of its default.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import types
@@ -114,6 +116,9 @@ def _mapped(tp: Any, origin: Any, default: Any) -> tuple[Any, Any, Callable[[Any
         member: Callable[[Any], Any] = _same
         if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], enum.Enum):
             item, member = Literal[tuple(m.value for m in args[0])], args[0]  # type: ignore[misc]
+        elif len(args) == 1 and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+            item_cls = args[0]
+            item, member = dict[str, Any], lambda x: item_cls(**x) if isinstance(x, dict) else x
         as_tuple = isinstance(default, tuple) or seq_origin is tuple
 
         def convert(v: Any) -> Any:
@@ -175,6 +180,10 @@ def json_form(value: Any) -> Any:
     """A source value in the form params hold (enum -> value, tuple -> list), recursively for lists."""
     if isinstance(value, enum.Enum):
         return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_form(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {k: json_form(v) for k, v in value.items()}
     if isinstance(value, tuple | list):
         return [json_form(v) for v in value]
     return value

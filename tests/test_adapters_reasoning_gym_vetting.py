@@ -1,0 +1,127 @@
+"""What the real reasoning-gym datasets teach an import: each test is a dataset the package ships with a defect."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from campflow.agents.oracle import OraclePolicy, WrongAnswerPolicy
+from campflow.bootcamps import registry
+from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
+from campflow.errors import ImportSourceError
+from campflow.rollout.engine import EpisodeSpec, run_episodes
+from campflow.rollout.episode import Termination
+from campflow.storage.imports import import_bootcamp, recorded
+from tests.conftest import run_cli
+
+pytest.importorskip("reasoning_gym")
+
+
+@pytest.fixture(autouse=True)
+def forget_imports():
+    before = set(registry.names())
+    yield
+    for name in set(registry.names()) - before:
+        registry.unregister(name)
+
+
+def rg(source: str, **options):
+    return build_bootcamp(ImportSpec(name=f"rg-{source}", adapter="reasoning-gym", source=source, options=options))
+
+
+def imported(store, source: str, options: dict | None = None, **kwargs):
+    notes: list[str] = []
+    spec, bootcamp = import_bootcamp(ImportSpec(name=f"rg-{source}", adapter="reasoning-gym", source=source,
+                                                options=options or {}), store, say=notes.append, **kwargs)
+    return spec, bootcamp, notes
+
+
+def questions_in_a_fresh_process(source: str, hash_seed: str) -> list[str]:
+    code = ("import json, sys\nfrom campflow.bootcamps.adapters import ImportSpec, build_bootcamp\n"
+            "b = build_bootcamp(ImportSpec(name='rg-' + sys.argv[1], adapter='reasoning-gym', source=sys.argv[1]))\n"
+            "print(json.dumps([b.generate(lv, s).data['question'] for lv in sorted(b.levels) for s in range(10)]))\n")
+    out = subprocess.run([sys.executable, "-c", code, source], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": hash_seed})
+    return json.loads(out.stdout.splitlines()[-1])  # codeio prints its generators' errors first
+
+
+def test_composite_says_it_needs_its_datasets_and_mixes_the_ones_named(tmp_path: Path) -> None:
+    with pytest.raises(ImportSourceError, match="composite dataset mixes other datasets and needs them named"):
+        rg("composite")
+    mixed = rg("composite", datasets=["gcd", {"name": "chain_sum", "weight": 2}])
+    for seed in range(12):
+        assert mixed.solve(mixed.generate(1, seed))[1].success
+    with pytest.raises(ImportSourceError, match="'nope' is not a reasoning-gym dataset"):
+        rg("composite", datasets=["nope"])
+    bad = run_cli("import", "reasoning-gym", "composite", "--config", "datasets=[{nam: gcd}]", cwd=tmp_path)
+    assert bad.returncode == 2 and "expected each a dataset name or an object" in bad.stderr, bad.stderr
+    assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    ok = run_cli("import", "reasoning-gym", "composite", "--config", "datasets=[gcd, chain_sum]", cwd=tmp_path)
+    assert ok.returncode == 0 and "imported rg-composite" in ok.stdout, ok.stderr
+
+
+@pytest.mark.parametrize("source", ["list_functions", "codeio"])
+def test_generators_that_draw_on_global_random_give_one_task_per_id(source: str) -> None:
+    b = rg(source)
+    here = [b.generate(lv, s).data["question"] for lv in sorted(b.levels) for s in range(10)]
+    backwards = [b.generate(lv, s).data["question"] for lv in sorted(b.levels, reverse=True) for s in range(9, -1, -1)]
+    assert backwards[::-1] == here, "the same ids in the other order are the same tasks"
+    assert questions_in_a_fresh_process(source, "5") == here
+
+
+@pytest.mark.parametrize("source", ["isomorphic_strings", "polynomial_multiplication", "ransom_note", "word_ladder"])
+def test_a_dataset_that_depends_on_the_hash_seed_is_refused_naming_the_cause(store, source: str) -> None:
+    with pytest.raises(ImportSourceError, match=f"'{source}' gives another task for the same instance in another "
+                                                "process .*it depends on the hash seed"):
+        imported(store, source)
+    assert recorded(store) == []
+
+
+def test_a_scorer_that_rewards_any_answer_is_refused(store) -> None:
+    with pytest.raises(ImportSourceError, match="'game_of_life_halting': its scorer gives full marks to answers "
+                                                "that are no answer"):
+        imported(store, "game_of_life_halting")
+
+
+@pytest.mark.parametrize(("source", "failing"), [("letter_jumble", [3, 4]), ("spell_backward", [5])])
+def test_a_curriculum_level_that_fails_to_generate_is_dropped_not_the_dataset(store, source: str,
+                                                                             failing: list[int]) -> None:
+    spec, b, notes = imported(store, source)
+    assert [n.split(":")[0] for n in notes if "dropped" in n] == [f"level {lv} dropped" for lv in failing]
+    assert recorded(store)[0].options["curriculum_levels"] == spec.options["curriculum_levels"]
+    registry.unregister(spec.name)
+    again = build_bootcamp(recorded(store)[0])
+    for level in sorted(again.levels):
+        for seed in range(10):
+            assert again.solve(again.generate(level, seed))[1].success, (level, seed)
+
+
+def test_a_level_that_never_finishes_generating_is_dropped(store) -> None:
+    spec, b, notes = imported(store, "puzzle24", level_seconds=5)
+    assert "level 4 dropped: did not finish generating 4 instances in 5 s" in notes
+    assert spec.options["curriculum_levels"] == [0, 1, 2] and sorted(b.levels) == [1, 2, 3]
+
+
+def test_reference_answers_that_fail_their_own_scorer_are_never_submitted_by_the_oracle(store) -> None:
+    _, b, notes = imported(store, "jugs", {"curriculum_levels": [0, 1, 2]}, cross_process=False)
+    assert any(n.startswith("level 3: the source's reference answer fails its own scorer") for n in notes), notes
+    instances = [b.generate(3, seed) for seed in range(6)]
+    episodes = asyncio.run(run_episodes([EpisodeSpec(b, i) for i in instances], OraclePolicy()))
+    by_reference = {(i.data["answer"] == '["No solution"]', e.termination)
+                    for i, e in zip(instances, episodes, strict=True)}
+    assert (True, Termination.INFRA_ERROR) in by_reference and (False, Termination.SOLVED) in by_reference
+    assert by_reference <= {(True, Termination.INFRA_ERROR), (False, Termination.SOLVED)}
+
+
+def test_the_wrong_answer_of_a_dataset_without_references_stays_under_its_bound() -> None:
+    b = rg("propositional_logic")
+    specs = [EpisodeSpec(b, b.generate(level, seed)) for level in sorted(b.levels) for seed in range(5)]
+    wrong = asyncio.run(run_episodes(specs, WrongAnswerPolicy()))
+    assert max(e.reward for e in wrong) <= b.wrong_answer_bound
+    assert {e.termination for e in wrong} == {Termination.WRONG_ANSWER}
