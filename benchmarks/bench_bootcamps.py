@@ -43,8 +43,10 @@ def main() -> None:
         worst[name] = (max(cells), goal)
         print(f"{name:14s} {b.modality:8s} " + " ".join(f"{c:7.3f}ms" for c in cells) + f"   <{goal:g}ms")
     over = [n for n, (w, g) in worst.items() if w > g]
-    print("RATIO bootcamp timing: worst median / goal = "
-          f"{max(w / g for w, g in worst.values()):.2f} ({'all within goal' if not over else 'over: ' + ', '.join(over)})")
+    print(
+        "RATIO bootcamp timing: worst median / goal = "
+        f"{max(w / g for w, g in worst.values()):.2f} ({'all within goal' if not over else 'over: ' + ', '.join(over)})"
+    )
 
 
 if __name__ == "__main__":

@@ -32,12 +32,17 @@ class SdkModelsPolicy(EndpointPolicy):
 
         if self._client is None:
             self._client = self._make_client()
-        resp = await self._client.chat.completions.create(model=self.model, messages=list(messages),
-                                                          tools=list(tools), **self.sampling)
+        resp = await self._client.chat.completions.create(
+            model=self.model, messages=list(messages), tools=list(tools), **self.sampling
+        )
         msg = resp.choices[0].message
         calls = [c.model_dump() for c in msg.tool_calls] if msg.tool_calls else None
-        return PolicyReply(content=msg.content, tool_calls=calls, prompt_tokens=resp.usage.prompt_tokens,
-                           completion_tokens=resp.usage.completion_tokens)
+        return PolicyReply(
+            content=msg.content,
+            tool_calls=calls,
+            prompt_tokens=resp.usage.prompt_tokens,
+            completion_tokens=resp.usage.completion_tokens,
+        )
 
 
 class BareAiohttpPolicy(EndpointPolicy):
@@ -53,8 +58,9 @@ class BareAiohttpPolicy(EndpointPolicy):
         if self._client is None:
             self._client = aiohttp.ClientSession(base_url=self.base_url.rstrip("/") + "/")
         body = to_json_bytes({"model": self.model, "messages": list(messages), "tools": list(tools), **self.sampling})
-        async with self._client.post("chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"}) as response:
+        async with self._client.post(
+            "chat/completions", data=body, headers={"Content-Type": "application/json"}
+        ) as response:
             return _reply_from_body(from_json(await response.read()), self._where())
 
 
@@ -74,18 +80,33 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.perf_counter()
     import openai  # noqa: F401  once per process (~0.6 s here), not per call: outside the timing
+
     import_s = time.perf_counter() - t0
     calc = registry.make("calculator")
     # level 3: three calculate calls and a submit, four turns an episode
     instances = eval_instances(calc, args.episodes, levels=[3])
     specs = [EpisodeSpec(calc, i) for i in instances]
-    server = subprocess.Popen([sys.executable, "-m", "campflow.testing.endpoint", "--bootcamps", "calculator",
-                               "--n", str(args.episodes * 4), "--latency", str(args.latency)],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "campflow.testing.endpoint",
+            "--bootcamps",
+            "calculator",
+            "--n",
+            str(args.episodes * 4),
+            "--latency",
+            str(args.latency),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = server.stdout.readline().strip()
-        print(f"endpoint {url}, {args.episodes} episodes, latency {args.latency * 1000:.0f} ms, "
-              f"concurrency {args.concurrency}; the openai SDK was imported before timing in {import_s:.2f}s")
+        print(
+            f"endpoint {url}, {args.episodes} episodes, latency {args.latency * 1000:.0f} ms, "
+            f"concurrency {args.concurrency}; the openai SDK was imported before timing in {import_s:.2f}s"
+        )
         rows = []
         for label, policy in [
             ("campflow (raw post, aiohttp)", EndpointPolicy("scripted", base_url=url, transport="aiohttp")),
@@ -96,9 +117,11 @@ def main() -> None:
             wall, cpu, calls, solved = measure(policy, specs, args.concurrency)
             ideal = calls * args.latency / args.concurrency
             rows.append((label, wall, ideal, calls, solved))
-            print(f"  {label:32s} wall {wall:6.2f}s  ideal {ideal:5.2f}s  ratio {wall / ideal:4.2f}  "
-                  f"client CPU {cpu * 1000 / calls:.2f} ms/call  calls {calls}  solved {solved}/{len(specs)}",
-                  flush=True)
+            print(
+                f"  {label:32s} wall {wall:6.2f}s  ideal {ideal:5.2f}s  ratio {wall / ideal:4.2f}  "
+                f"client CPU {cpu * 1000 / calls:.2f} ms/call  calls {calls}  solved {solved}/{len(specs)}",
+                flush=True,
+            )
         best = rows[0]
         print(f"RATIO concurrency: wall/ideal = {best[1] / best[2]:.2f} (goal <= 1.3)")
     finally:

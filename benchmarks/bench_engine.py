@@ -47,8 +47,15 @@ def essentials_loop(specs: list[EpisodeSpec]) -> int:
             action = b.oracle(inst, state)
             raw, cid = to_json(dict(action.arguments)), f"call_{turn}_0"
             args = tools[action.name].args_model.__pydantic_validator__.validate_json(raw)
-            transcript.append({"role": "assistant", "content": "", "tool_calls": [
-                {"id": cid, "type": "function", "function": {"name": action.name, "arguments": raw}}]})
+            transcript.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"id": cid, "type": "function", "function": {"name": action.name, "arguments": raw}}
+                    ],
+                }
+            )
             obs = b.call(inst, state, action.name, args)
             transcript.append({"role": "tool", "tool_call_id": cid, "name": action.name, "content": obs.text})
             if obs.final:
@@ -79,10 +86,14 @@ def main() -> None:
             solved = fn(specs)
             best[label] = min(best[label], time.perf_counter() - t0)
             assert solved == len(specs), f"{label} solved {solved}/{len(specs)}"
-    print(f"{len(specs)} oracle episodes ({', '.join(names)}): plain loop {best['plain']:.3f}s, "
-          f"engine {best['engine']:.3f}s")
-    print(f"essentials only (JSON call parsed and validated, transcript): {best['essentials']:.3f}s, "
-          f"{best['essentials'] / best['plain']:.2f}x the plain loop")
+    print(
+        f"{len(specs)} oracle episodes ({', '.join(names)}): plain loop {best['plain']:.3f}s, "
+        f"engine {best['engine']:.3f}s"
+    )
+    print(
+        f"essentials only (JSON call parsed and validated, transcript): {best['essentials']:.3f}s, "
+        f"{best['essentials'] / best['plain']:.2f}x the plain loop"
+    )
     print(f"RATIO engine overhead: engine/plain = {best['engine'] / best['plain']:.2f} (goal <= 1.5)")
 
 

@@ -51,24 +51,37 @@ def prepare(ws: Path, size: dict[str, int], per_bootcamp: int) -> tuple[Path, Pa
     from campflow.training.base import ensure_base
     from campflow.training.filtering import build_sft_dataset
 
-    overrides = {"workspace.path": str(ws), "training.levels": [1, 2], "training.device": "cpu",
-                 "training.precision": "fp32", "training.tiny.corpus_per_level": 8,
-                 **{f"training.tiny.{k}": v for k, v in size.items()}}
+    overrides = {
+        "workspace.path": str(ws),
+        "training.levels": [1, 2],
+        "training.device": "cpu",
+        "training.precision": "fp32",
+        "training.tiny.corpus_per_level": 8,
+        **{f"training.tiny.{k}": v for k, v in size.items()},
+    }
     cfg = load_config(None, overrides, env={})
     store = Workspace.from_config(cfg).store
     base = ensure_base(store, cfg)
-    instances = [i for b in ("calculator", "maze") for i in train_instances(registry.make(b), per_bootcamp,
-                                                                             levels=[1, 2])]
+    instances = [
+        i for b in ("calculator", "maze") for i in train_instances(registry.make(b), per_bootcamp, levels=[1, 2])
+    ]
     store.write_instances(instances, split="train")
     store.start_run("teacher", "collect", {}, "oracle")
-    store.write_episodes(asyncio.run(run_episodes([EpisodeSpec(registry.make(i.bootcamp), i) for i in instances],
-                                                  OraclePolicy(), run_id="teacher")))
+    store.write_episodes(
+        asyncio.run(
+            run_episodes(
+                [EpisodeSpec(registry.make(i.bootcamp), i) for i in instances], OraclePolicy(), run_id="teacher"
+            )
+        )
+    )
     build = build_sft_dataset(store, ws, ["teacher"], cfg.training.filter)
     print(f"model: {base.metrics['parameters'] / 1e6:.1f}M parameters; dataset: {build.rows} episodes", flush=True)
     return base.path, build.path
 
 
-def campflow_trainer(model_path: Path, data: Path, hardware: Any, steps: int, batch: int, out: Path) -> tuple[Any, list]:
+def campflow_trainer(
+    model_path: Path, data: Path, hardware: Any, steps: int, batch: int, out: Path
+) -> tuple[Any, list]:
     """campflow's SFT trainer (its TRL trainer and arguments) and the first ``steps`` batches it trains on."""
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -79,8 +92,15 @@ def campflow_trainer(model_path: Path, data: Path, hardware: Any, steps: int, ba
     cfg = SFTConfig(max_steps=steps, batch_size=batch, learning_rate=1e-4)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=hardware.load_dtype(trainable=True))
-    trainer = quiet(sft_trainer(cfg.fused_loss, model=model, args=sft_arguments(cfg, hardware, out, 2048),
-                                train_dataset=datasets.load_from_disk(str(data)), processing_class=tokenizer))
+    trainer = quiet(
+        sft_trainer(
+            cfg.fused_loss,
+            model=model,
+            args=sft_arguments(cfg, hardware, out, 2048),
+            train_dataset=datasets.load_from_disk(str(data)),
+            processing_class=tokenizer,
+        )
+    )
     batches: list[dict[str, Any]] = []
     for b in trainer.get_train_dataloader():
         batches.append({k: v for k, v in b.items() if k in ("input_ids", "attention_mask", "labels")})
@@ -143,13 +163,18 @@ def evaluation(model_path: Path, hardware: Any, n: int, batch_size: int) -> floa
     from campflow.bootcamps.splits import eval_instances
     from campflow.rollout.engine import EpisodeSpec, run_episodes
 
-    specs = [EpisodeSpec(registry.make(b), i) for b in ("calculator", "maze")
-             for i in eval_instances(registry.make(b), n, levels=[1, 2])]
-    policy = LocalPolicy(model_path, batch_size=batch_size, max_new_tokens=64, device=hardware.device,
-                         precision=hardware.precision)
+    specs = [
+        EpisodeSpec(registry.make(b), i)
+        for b in ("calculator", "maze")
+        for i in eval_instances(registry.make(b), n, levels=[1, 2])
+    ]
+    policy = LocalPolicy(
+        model_path, batch_size=batch_size, max_new_tokens=64, device=hardware.device, precision=hardware.precision
+    )
     asyncio.run(run_episodes(specs[:2], policy, concurrency=2))  # load and warm up, not timed
-    policy = LocalPolicy(model_path, batch_size=batch_size, max_new_tokens=64, device=hardware.device,
-                         precision=hardware.precision)
+    policy = LocalPolicy(
+        model_path, batch_size=batch_size, max_new_tokens=64, device=hardware.device, precision=hardware.precision
+    )
     started = time.perf_counter()
     episodes = asyncio.run(run_episodes(specs, policy, concurrency=batch_size))
     return sum(e.completion_tokens for e in episodes) / (time.perf_counter() - started)
@@ -172,8 +197,10 @@ def main() -> int:
     cpu = resolve_hardware("cpu", "fp32")
     ws = Path(tempfile.mkdtemp(prefix="campflow-bench-gpu-"))
     if not torch.cuda.is_available():
-        print("no CUDA GPU on this machine: the GPU rows (campflow vs bare on CUDA in bf16, GPU/CPU, peak "
-              "memory) are not run; CPU rows at the embedded model's size on a small slice follow")
+        print(
+            "no CUDA GPU on this machine: the GPU rows (campflow vs bare on CUDA in bf16, GPU/CPU, peak "
+            "memory) are not run; CPU rows at the embedded model's size on a small slice follow"
+        )
         model_path, data = prepare(ws, SMALL_SIZE, 24)
         trainer, batches = campflow_trainer(model_path, data, cpu, args.cpu_steps + 1, args.batch, ws / "trl")
         # the bare loop runs before and after campflow and its faster pass counts: a busy neighbour or a
@@ -181,8 +208,10 @@ def main() -> int:
         bare_before = bare_sft(model_path, batches, cpu)
         ours = campflow_sft(trainer, cpu)
         bare = max(bare_before, bare_sft(model_path, batches, cpu))
-        print(f"CPU SFT, {args.cpu_steps} timed steps of batch {args.batch}: campflow {ours:,.0f} tok/s, "
-              f"bare loop {bare:,.0f} tok/s")
+        print(
+            f"CPU SFT, {args.cpu_steps} timed steps of batch {args.batch}: campflow {ours:,.0f} tok/s, "
+            f"bare loop {bare:,.0f} tok/s"
+        )
         print(f"RATIO CPU SFT throughput: campflow/bare = {ours / bare:.2f}")
         return 0
 
@@ -198,10 +227,14 @@ def main() -> int:
     del trainer
     torch.cuda.empty_cache()
     bare = max(bare_before, bare_sft(model_path, batches, gpu))
-    print(f"GPU SFT (bf16), {args.steps - 1} timed steps of batch {args.batch}: campflow {ours:,.0f} tok/s, "
-          f"bare loop {bare:,.0f} tok/s", flush=True)
-    cpu_ours = campflow_sft(campflow_trainer(model_path, data, cpu, args.cpu_steps + 1, args.batch,
-                                             ws / "trl-cpu")[0], cpu)
+    print(
+        f"GPU SFT (bf16), {args.steps - 1} timed steps of batch {args.batch}: campflow {ours:,.0f} tok/s, "
+        f"bare loop {bare:,.0f} tok/s",
+        flush=True,
+    )
+    cpu_ours = campflow_sft(
+        campflow_trainer(model_path, data, cpu, args.cpu_steps + 1, args.batch, ws / "trl-cpu")[0], cpu
+    )
     print(f"CPU SFT (fp32), {args.cpu_steps} timed steps: campflow {cpu_ours:,.0f} tok/s", flush=True)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

@@ -50,14 +50,28 @@ def main() -> None:
     from campflow.storage.workspace import Workspace
 
     ws = args.workspace or Path(tempfile.mkdtemp(prefix="bench-loop-"))
-    overrides = {"workspace.path": str(ws), "improve.reports_dir": str(ws / "reports"), "eval.n": args.eval_n,
-                 "training.collect_n": args.collect_n, "training.sft.max_steps": args.sft_steps,
-                 "training.rl.max_steps": args.rl_steps}
+    overrides = {
+        "workspace.path": str(ws),
+        "improve.reports_dir": str(ws / "reports"),
+        "eval.n": args.eval_n,
+        "training.collect_n": args.collect_n,
+        "training.sft.max_steps": args.sft_steps,
+        "training.rl.max_steps": args.rl_steps,
+    }
     if args.tiny_model:
-        overrides.update({"training.tiny.hidden_size": 64, "training.tiny.intermediate_size": 128,
-                          "training.tiny.layers": 2, "training.tiny.heads": 2, "training.tiny.kv_heads": 1,
-                          "training.tiny.vocab_size": 600, "training.tiny.corpus_per_level": 6,
-                          "training.rl.instances_per_bootcamp": 2, "training.rl.max_completion_length": 32})
+        overrides.update(
+            {
+                "training.tiny.hidden_size": 64,
+                "training.tiny.intermediate_size": 128,
+                "training.tiny.layers": 2,
+                "training.tiny.heads": 2,
+                "training.tiny.kv_heads": 1,
+                "training.tiny.vocab_size": 600,
+                "training.tiny.corpus_per_level": 6,
+                "training.rl.instances_per_bootcamp": 2,
+                "training.rl.max_completion_length": 32,
+            }
+        )
     cfg = load_config(args.config, overrides, env={})
     started = time.perf_counter()
     last = improve(cfg, cycle_id=f"loop-{int(time.time())}", cycles_n=args.cycles)
@@ -68,22 +82,35 @@ def main() -> None:
         print(f"\n== {s.cycle_id}: {s.model_id} -> {s.candidate_id}: {'promoted' if s.promoted else 'not promoted'}")
         print(f"   decision: {s.decision}")
         for c in compare(store, f"{s.cycle_id}-before", f"{s.cycle_id}-after"):
-            print(f"   eval {c.scope:<22} {c.p_before:6.1%} ± {binomial_se(c.p_before, c.n_before):5.1%} -> "
-                  f"{c.p_after:6.1%} ± {binomial_se(c.p_after, c.n_after):5.1%}  ({100 * c.delta:+.1f} ± "
-                  f"{100 * c.se:.1f} points, n={c.n_after})")
-        for r in store.query("SELECT bootcamp, sum(fixed) AS f, sum(regressed) AS r, sum(still_failing) AS sf, "
-                             "sum(still_passing) AS sp FROM cycle_outcome_counts WHERE cycle_id = ? GROUP BY 1 "
-                             "ORDER BY 1", [s.cycle_id]):
-            print(f"   outcomes {r['bootcamp']:<12} fixed {r['f']}, regressed {r['r']}, still failing {r['sf']}, "
-                  f"still passing {r['sp']}")
-        for r in store.query("SELECT bootcamp, cluster_label, sum(probes) AS n, sum(pass_before * probes) / "
-                             "sum(probes) AS b, sum(pass_after * probes) / sum(probes) AS a FROM probe_outcomes "
-                             "WHERE cycle_id = ? GROUP BY bootcamp, cluster_id, cluster_label ORDER BY 1, 3 DESC",
-                             [s.cycle_id]):
-            print(f"   probes {r['bootcamp']}: {(r['cluster_label'] or '')[:50]:<50} {r['b']:6.1%} -> {r['a']:6.1%} "
-                  f"(n={r['n']}, SE of the difference {100 * (binomial_se(r['b'], r['n']) ** 2 + binomial_se(r['a'], r['n']) ** 2) ** 0.5:.1f} points)")
-        state = store.query("SELECT state->>'$.rl_effect' AS rl, state->>'$.curriculum' AS cur FROM cycles "
-                            "WHERE cycle_id = ?", [s.cycle_id])[0]
+            print(
+                f"   eval {c.scope:<22} {c.p_before:6.1%} ± {binomial_se(c.p_before, c.n_before):5.1%} -> "
+                f"{c.p_after:6.1%} ± {binomial_se(c.p_after, c.n_after):5.1%}  ({100 * c.delta:+.1f} ± "
+                f"{100 * c.se:.1f} points, n={c.n_after})"
+            )
+        for r in store.query(
+            "SELECT bootcamp, sum(fixed) AS f, sum(regressed) AS r, sum(still_failing) AS sf, "
+            "sum(still_passing) AS sp FROM cycle_outcome_counts WHERE cycle_id = ? GROUP BY 1 "
+            "ORDER BY 1",
+            [s.cycle_id],
+        ):
+            print(
+                f"   outcomes {r['bootcamp']:<12} fixed {r['f']}, regressed {r['r']}, still failing {r['sf']}, "
+                f"still passing {r['sp']}"
+            )
+        for r in store.query(
+            "SELECT bootcamp, cluster_label, sum(probes) AS n, sum(pass_before * probes) / "
+            "sum(probes) AS b, sum(pass_after * probes) / sum(probes) AS a FROM probe_outcomes "
+            "WHERE cycle_id = ? GROUP BY bootcamp, cluster_id, cluster_label ORDER BY 1, 3 DESC",
+            [s.cycle_id],
+        ):
+            print(
+                f"   probes {r['bootcamp']}: {(r['cluster_label'] or '')[:50]:<50} {r['b']:6.1%} -> {r['a']:6.1%} "
+                f"(n={r['n']}, SE of the difference {100 * (binomial_se(r['b'], r['n']) ** 2 + binomial_se(r['a'], r['n']) ** 2) ** 0.5:.1f} points)"
+            )
+        state = store.query(
+            "SELECT state->>'$.rl_effect' AS rl, state->>'$.curriculum' AS cur FROM cycles WHERE cycle_id = ?",
+            [s.cycle_id],
+        )[0]
         print(f"   RL on held-out band instances: {state['rl'] or 'no RL (empty band or improve.rl off)'}")
         print(f"   curriculum, next levels: {state['cur']}")
 

@@ -50,14 +50,27 @@ def main() -> None:
     from campflow.training.sft import train_sft
 
     ws = args.workspace or Path(tempfile.mkdtemp(prefix="miniature-"))
-    cfg = load_config(None, {
-        "workspace.path": str(ws), "training.bootcamps": ["calculator", "maze"], "training.levels": [1, 2],
-        "training.collect_n": args.collect_n, "training.sft.max_steps": args.sft_steps,
-        "training.sft.batch_size": args.sft_batch, "training.sft.learning_rate": args.sft_lr,
-        "training.rl.max_steps": max(1, args.rl_steps),
-        "eval.bootcamps": ["calculator", "maze"], "eval.levels": [1, 2], "eval.n": args.eval_n,
-        "policy.max_tokens": 96, "rollout.concurrency": 64, "rollout.workers": 1, "rollout.shard_size": 1000,
-    }, env={})
+    cfg = load_config(
+        None,
+        {
+            "workspace.path": str(ws),
+            "training.bootcamps": ["calculator", "maze"],
+            "training.levels": [1, 2],
+            "training.collect_n": args.collect_n,
+            "training.sft.max_steps": args.sft_steps,
+            "training.sft.batch_size": args.sft_batch,
+            "training.sft.learning_rate": args.sft_lr,
+            "training.rl.max_steps": max(1, args.rl_steps),
+            "eval.bootcamps": ["calculator", "maze"],
+            "eval.levels": [1, 2],
+            "eval.n": args.eval_n,
+            "policy.max_tokens": 96,
+            "rollout.concurrency": 64,
+            "rollout.workers": 1,
+            "rollout.shard_size": 1000,
+        },
+        env={},
+    )
     store = Workspace.from_config(cfg).store
     times: dict[str, float] = {}
     started = time.perf_counter()
@@ -71,17 +84,21 @@ def main() -> None:
             def __exit__(self, *exc):
                 times[name] = time.perf_counter() - self.t0
                 print(f"   {name}: {times[name]:.0f}s", flush=True)
+
         return _Timer()
 
     def evaluate_model(model_id: str, path: Path) -> dict[str, float]:
         c = cfg.model_copy(deep=True)
         c.policy.kind, c.policy.model = "local", str(path)
         summary = evaluate(c, run_id=f"eval-{model_id}")
-        rows = store.query("SELECT bootcamp, avg(success::INTEGER) AS rate FROM episodes WHERE run_id = ? "
-                           "GROUP BY bootcamp", [summary.run_id])
+        rows = store.query(
+            "SELECT bootcamp, avg(success::INTEGER) AS rate FROM episodes WHERE run_id = ? GROUP BY bootcamp",
+            [summary.run_id],
+        )
         rates = {r["bootcamp"]: float(r["rate"]) for r in rows}
-        rates["overall"] = float(store.scalar("SELECT avg(success::INTEGER) FROM episodes WHERE run_id = ?",
-                                              [summary.run_id]))
+        rates["overall"] = float(
+            store.scalar("SELECT avg(success::INTEGER) FROM episodes WHERE run_id = ?", [summary.run_id])
+        )
         print(f"   {model_id}: {rates}", flush=True)
         return rates
 
@@ -107,14 +124,18 @@ def main() -> None:
             after_rl = evaluate_model(rl.checkpoint.model_id, rl.checkpoint.path)
     total = time.perf_counter() - started
 
-    print(f"\nworkspace {ws}; dataset {build.rows} rows; SFT final loss {sft.metrics.get('final_loss')}; "
-          f"RL reward {rl.metrics.get('first_reward') if rl else None} -> {rl.metrics.get('last_reward') if rl else None}")
+    print(
+        f"\nworkspace {ws}; dataset {build.rows} rows; SFT final loss {sft.metrics.get('final_loss')}; "
+        f"RL reward {rl.metrics.get('first_reward') if rl else None} -> {rl.metrics.get('last_reward') if rl else None}"
+    )
     print(f"{'model':8s} {'overall':>8s} {'calculator':>11s} {'maze':>6s}")
     for label, r in (("base", before), ("sft", after_sft), ("rl", after_rl)):
         print(f"{label:8s} {r['overall']:8.1%} {r.get('calculator', 0):11.1%} {r.get('maze', 0):6.1%}")
     print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
-    print(f"RATIO miniature: success base {before['overall']:.1%} -> SFT {after_sft['overall']:.1%} -> "
-          f"RL {after_rl['overall']:.1%}; wall time {total / 60:.1f} min")
+    print(
+        f"RATIO miniature: success base {before['overall']:.1%} -> SFT {after_sft['overall']:.1%} -> "
+        f"RL {after_rl['overall']:.1%}; wall time {total / 60:.1f} min"
+    )
 
 
 if __name__ == "__main__":

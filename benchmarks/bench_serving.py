@@ -21,9 +21,11 @@ sys.path.insert(0, str(REPO))
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 COMMANDS = {
-    "vllm": (f"{VLLM_PYTHON} -m vllm.entrypoints.openai.api_server --model {{path}} --port {{port}} "
-             "--served-model-name {name} --dtype float32 --gpu-memory-utilization 0.1 "
-                "--enable-auto-tool-choice --tool-call-parser hermes"),
+    "vllm": (
+        f"{VLLM_PYTHON} -m vllm.entrypoints.openai.api_server --model {{path}} --port {{port}} "
+        "--served-model-name {name} --dtype float32 --gpu-memory-utilization 0.1 "
+        "--enable-auto-tool-choice --tool-call-parser hermes"
+    ),
     "test": "{python} -m campflow.testing.serve_model {path} --port {port} --served-model-name {name}",
 }
 
@@ -48,25 +50,51 @@ def main() -> None:
         checkpoint = args.checkpoint
         if checkpoint is None:
             checkpoint = Path(tmp) / "tiny"
-            build_tiny_model(checkpoint, TinyModelConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,
-                                                         layers=2, heads=2, kv_heads=1, corpus_per_level=2),
-                             ["calculator", "maze"])
+            build_tiny_model(
+                checkpoint,
+                TinyModelConfig(
+                    vocab_size=1000,
+                    hidden_size=64,
+                    intermediate_size=128,
+                    layers=2,
+                    heads=2,
+                    kv_heads=1,
+                    corpus_per_level=2,
+                ),
+                ["calculator", "maze"],
+            )
         rates = {}
         for kind in ("inprocess", "launch"):
-            cfg = load_config(None, {
-                "workspace.path": f"{tmp}/{kind}", "policy.kind": "local", "policy.model": str(checkpoint),
-                "policy.max_tokens": 32, "eval.bootcamps": ["calculator", "maze"], "eval.n": args.n,
-                "eval.levels": [1], "rollout.concurrency": 32, "rollout.workers": 1, "rollout.max_turns": 4,
-                "serving.kind": kind, "serving.command": COMMANDS[args.server], "serving.startup_timeout": 900,
-            }, env={})
+            cfg = load_config(
+                None,
+                {
+                    "workspace.path": f"{tmp}/{kind}",
+                    "policy.kind": "local",
+                    "policy.model": str(checkpoint),
+                    "policy.max_tokens": 32,
+                    "eval.bootcamps": ["calculator", "maze"],
+                    "eval.n": args.n,
+                    "eval.levels": [1],
+                    "rollout.concurrency": 32,
+                    "rollout.workers": 1,
+                    "rollout.max_turns": 4,
+                    "serving.kind": kind,
+                    "serving.command": COMMANDS[args.server],
+                    "serving.startup_timeout": 900,
+                },
+                env={},
+            )
             started = time.perf_counter()
             summary = evaluate(cfg, run_id=f"bench-{kind}")
             wall = time.perf_counter() - started  # includes starting (and stopping) the server
             t = summary.throughput
             rates[kind] = t["episodes_per_s"]
-            print(f"{kind:9s} {summary.ran} episodes: {t['episodes_per_s']:.2f} episodes/s during rollouts, "
-                  f"{t['tokens_per_s']:.0f} tokens/s, {t['latency_per_turn_s'] * 1000:.0f} ms/turn; "
-                  f"{wall:.1f}s with startup; terminations {summary.terminations}", flush=True)
+            print(
+                f"{kind:9s} {summary.ran} episodes: {t['episodes_per_s']:.2f} episodes/s during rollouts, "
+                f"{t['tokens_per_s']:.0f} tokens/s, {t['latency_per_turn_s'] * 1000:.0f} ms/turn; "
+                f"{wall:.1f}s with startup; terminations {summary.terminations}",
+                flush=True,
+            )
         print(f"RATIO serving({args.server}) / inprocess episodes/s = {rates['launch'] / rates['inprocess']:.2f}")
 
 

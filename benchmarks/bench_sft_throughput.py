@@ -32,19 +32,18 @@ def main() -> None:
 
     import datasets
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers import TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig
 
     from campflow.agents.oracle import OraclePolicy
     from campflow.bootcamps import registry
     from campflow.bootcamps.splits import train_instances
     from campflow.config import load_config
+    from campflow.hardware import resolve_hardware
     from campflow.rollout.engine import EpisodeSpec, run_episodes
     from campflow.storage.workspace import Workspace
     from campflow.training.base import ensure_base
     from campflow.training.filtering import build_sft_dataset
-    from campflow.hardware import resolve_hardware
     from campflow.training.sft import checkpointing_arg, sft_trainer
 
     datasets.disable_progress_bars()
@@ -55,22 +54,43 @@ def main() -> None:
     instances = [i for b in ("calculator", "maze") for i in train_instances(registry.make(b), 64, levels=[1, 2])]
     store.write_instances(instances, split="train")
     store.start_run("teacher", "collect", {}, "oracle")
-    store.write_episodes(asyncio.run(run_episodes([EpisodeSpec(registry.make(i.bootcamp), i) for i in instances],
-                                                  OraclePolicy(), run_id="teacher")))
+    store.write_episodes(
+        asyncio.run(
+            run_episodes(
+                [EpisodeSpec(registry.make(i.bootcamp), i) for i in instances], OraclePolicy(), run_id="teacher"
+            )
+        )
+    )
     build = build_sft_dataset(store, ws, ["teacher"], cfg.training.filter)
     tokenizer = AutoTokenizer.from_pretrained(base.path)
     train = datasets.load_from_disk(str(build.path))
     torch.set_num_threads(torch.get_num_threads())
 
-    sft_args = SFTConfig(output_dir=str(ws / "trl"), max_steps=args.steps, per_device_train_batch_size=args.batch,
-                         learning_rate=1e-3, lr_scheduler_type="constant", logging_steps=args.steps, report_to=[],
-                         save_strategy="no", assistant_only_loss=True, seed=0,
-                         disable_tqdm=True, dataloader_num_workers=0, **resolve_hardware("cpu").trainer_args,
-                         **checkpointing_arg(SFTConfig, False))  # as campflow runs it (training.sft)
+    sft_args = SFTConfig(
+        output_dir=str(ws / "trl"),
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch,
+        learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        logging_steps=args.steps,
+        report_to=[],
+        save_strategy="no",
+        assistant_only_loss=True,
+        seed=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        **resolve_hardware("cpu").trainer_args,
+        **checkpointing_arg(SFTConfig, False),
+    )  # as campflow runs it (training.sft)
 
     def trainer_for(fused_loss: bool) -> Any:
-        return sft_trainer(fused_loss, model=AutoModelForCausalLM.from_pretrained(base.path), args=sft_args,
-                           train_dataset=train, processing_class=tokenizer)
+        return sft_trainer(
+            fused_loss,
+            model=AutoModelForCausalLM.from_pretrained(base.path),
+            args=sft_args,
+            train_dataset=train,
+            processing_class=tokenizer,
+        )
 
     loader = trainer_for(False).get_train_dataloader()
     batches = []
@@ -118,11 +138,15 @@ def main() -> None:
     tokens = sum(int(b["attention_mask"].sum()) for b in batches[1:])
     fused_rate = fused_tokens / fused_s
     trl_rate, bare_rate = trl_tokens / trl_s, tokens / bare_s
-    print(f"{args.steps} steps of batch {args.batch} (the first one not timed): bare loop {tokens} tokens in "
-          f"{bare_s:.1f}s ({bare_rate:,.0f} tok/s)")
+    print(
+        f"{args.steps} steps of batch {args.batch} (the first one not timed): bare loop {tokens} tokens in "
+        f"{bare_s:.1f}s ({bare_rate:,.0f} tok/s)"
+    )
     print(f"  TRL as campflow runs it (model's loss): {trl_s:.1f}s ({trl_rate:,.0f} tok/s)")
-    print(f"  TRL's default fused lm-head loss:       {fused_s:.1f}s ({fused_rate:,.0f} tok/s, "
-          f"{fused_rate / bare_rate:.2f} of bare)")
+    print(
+        f"  TRL's default fused lm-head loss:       {fused_s:.1f}s ({fused_rate:,.0f} tok/s, "
+        f"{fused_rate / bare_rate:.2f} of bare)"
+    )
     print(f"RATIO SFT throughput: TRL/bare = {trl_rate / bare_rate:.2f}")
 
 

@@ -26,8 +26,12 @@ from campflow.storage.schema import migrate
 from campflow.storage.store import episodes_to_arrow
 from campflow.storage.workspace import Workspace
 
-TERMS = [Termination.SOLVED] * 6 + [Termination.WRONG_ANSWER, Termination.MAX_TURNS,
-                                    Termination.FORMAT_ERROR, Termination.INFRA_ERROR]
+TERMS = [Termination.SOLVED] * 6 + [
+    Termination.WRONG_ANSWER,
+    Termination.MAX_TURNS,
+    Termination.FORMAT_ERROR,
+    Termination.INFRA_ERROR,
+]
 
 
 def make_episodes(n: int, run_id: str = "bench") -> list[Episode]:
@@ -36,20 +40,54 @@ def make_episodes(n: int, run_id: str = "bench") -> list[Episode]:
     out = []
     for i in range(n):
         term = rng.choice(TERMS)
-        transcript = [{"role": "system", "content": "You are an agent. " + filler},
-                      {"role": "user", "content": f"Task {i}: " + filler}]
+        transcript = [
+            {"role": "system", "content": "You are an agent. " + filler},
+            {"role": "user", "content": f"Task {i}: " + filler},
+        ]
         for t in range(5):
-            transcript.append({"role": "assistant", "content": "", "tool_calls": [
-                {"id": f"call_{t}", "type": "function", "function": {"name": "calculate",
-                                                                      "arguments": f'{{"expression": "{i} + {t}"}}'}}]})
-            transcript.append({"role": "tool", "tool_call_id": f"call_{t}", "name": "calculate",
-                               "content": str(i + t) + " " + filler[:60]})
-        out.append(Episode(run_id=run_id, instance_id=f"inst{i:08d}", bootcamp=rng.choice(["calculator", "maze"]),
-                           model_id="m", sample=0, reward=float(term == Termination.SOLVED),
-                           success=term == Termination.SOLVED, termination=term, turns=5, tool_calls=5,
-                           invalid_calls=0, prompt_tokens=400, completion_tokens=60, latency_s=0.1, wall_s=0.2,
-                           transcript=transcript, details={"reason": rng.choice(["carry", "lost", "sign"])},
-                           level=rng.randint(1, 4)))
+            transcript.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": f"call_{t}",
+                            "type": "function",
+                            "function": {"name": "calculate", "arguments": f'{{"expression": "{i} + {t}"}}'},
+                        }
+                    ],
+                }
+            )
+            transcript.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": f"call_{t}",
+                    "name": "calculate",
+                    "content": str(i + t) + " " + filler[:60],
+                }
+            )
+        out.append(
+            Episode(
+                run_id=run_id,
+                instance_id=f"inst{i:08d}",
+                bootcamp=rng.choice(["calculator", "maze"]),
+                model_id="m",
+                sample=0,
+                reward=float(term == Termination.SOLVED),
+                success=term == Termination.SOLVED,
+                termination=term,
+                turns=5,
+                tool_calls=5,
+                invalid_calls=0,
+                prompt_tokens=400,
+                completion_tokens=60,
+                latency_s=0.1,
+                wall_s=0.2,
+                transcript=transcript,
+                details={"reason": rng.choice(["carry", "lost", "sign"])},
+                level=rng.randint(1, 4),
+            )
+        )
     return out
 
 
@@ -82,18 +120,23 @@ def main() -> None:
         con.execute("INSERT INTO episodes SELECT * FROM batch")
         con.close()
         t_bare = min(t_bare, time.perf_counter() - t0)
-    print(f"{args.episodes} episodes, transcripts ~{size} characters: store {t_store:.2f}s "
-          f"({args.episodes / t_store:,.0f} rows/s), bare Arrow insert {t_bare:.2f}s")
+    print(
+        f"{args.episodes} episodes, transcripts ~{size} characters: store {t_store:.2f}s "
+        f"({args.episodes / t_store:,.0f} rows/s), bare Arrow insert {t_bare:.2f}s"
+    )
     print(f"workers serialized the transcripts in {t_freeze:.2f}s")
-    print(f"RATIO store write: store/bare = {t_store / t_bare:.2f} (goal <= 1.5); "
-          f"with the workers' serialization counted: {(t_store + t_freeze) / t_bare:.2f}")
+    print(
+        f"RATIO store write: store/bare = {t_store / t_bare:.2f} (goal <= 1.5); "
+        f"with the workers' serialization counted: {(t_store + t_freeze) / t_bare:.2f}"
+    )
 
     # failure_summary over a million episodes: the store above, grown with copies under other run ids
     with store.connection() as c:
         copies = max(0, args.summary_rows // args.episodes - 1)
         for k in range(copies):
-            c.execute(f"INSERT INTO episodes SELECT * REPLACE ('run-{k}' AS run_id) FROM episodes "
-                      "WHERE run_id = 'bench'")
+            c.execute(
+                f"INSERT INTO episodes SELECT * REPLACE ('run-{k}' AS run_id) FROM episodes WHERE run_id = 'bench'"
+            )
         total = c.execute("SELECT count(*) FROM episodes").fetchone()[0]
         best = float("inf")
         for _ in range(5):

@@ -37,11 +37,21 @@ RUN = "bench"
 def draw_params(name: str, rng: random.Random) -> dict:
     """Independently drawn knobs of a calculator or maze instance."""
     if name == "calculator":
-        return {"level": rng.randint(1, 4), "steps": rng.randint(1, 6), "max_operand": rng.randint(5, 500),
-                "operations": rng.choice(["+-", "+-*", "+-*/", "*/"]), "distractors": rng.randint(0, 3)}
+        return {
+            "level": rng.randint(1, 4),
+            "steps": rng.randint(1, 6),
+            "max_operand": rng.randint(5, 500),
+            "operations": rng.choice(["+-", "+-*", "+-*/", "*/"]),
+            "distractors": rng.randint(0, 3),
+        }
     side = rng.choice([5, 7, 9, 11, 13])
-    return {"level": rng.randint(1, 4), "width": side, "height": rng.choice([5, 7, 9, 11, 13]),
-            "view_radius": rng.randint(1, 4), "loops": round(rng.uniform(0, 0.2), 2)}
+    return {
+        "level": rng.randint(1, 4),
+        "width": side,
+        "height": rng.choice([5, 7, 9, 11, 13]),
+        "view_radius": rng.randint(1, 4),
+        "loops": round(rng.uniform(0, 0.2), 2),
+    }
 
 
 def _call(name: str, arguments: str, i: int) -> dict:
@@ -52,39 +62,72 @@ def make_episode(instance, k: int, rng: random.Random, fail: bool) -> Episode:
     """A plausible episode of ``instance``: solved, or one of the model-failure shapes."""
     tool = "calculate" if instance.bootcamp == "calculator" else "move"
     args = '{"expression": "2 + 3"}' if tool == "calculate" else '{"direction": "east"}'
-    transcript = [{"role": "system", "content": "You are an agent solving a task by calling tools. " * 3},
-                  {"role": "user", "content": f"Task {instance.id}: " + "details " * 20}]
+    transcript = [
+        {"role": "system", "content": "You are an agent solving a task by calling tools. " * 3},
+        {"role": "user", "content": f"Task {instance.id}: " + "details " * 20},
+    ]
     turns = rng.randint(1, 8)
     for t in range(turns):
-        transcript += [{"role": "assistant", "content": "", "tool_calls": [_call(tool, args, t)]},
-                       {"role": "tool", "tool_call_id": f"call_{t}", "name": tool, "content": "ok " * 10}]
+        transcript += [
+            {"role": "assistant", "content": "", "tool_calls": [_call(tool, args, t)]},
+            {"role": "tool", "tool_call_id": f"call_{t}", "name": tool, "content": "ok " * 10},
+        ]
     details: dict = {}
     error = None
     termination = Termination.SOLVED
     if fail:
-        termination = rng.choice([Termination.WRONG_ANSWER] * 5 + [Termination.INVALID_TOOL_CALL,
-                                  Termination.FORMAT_ERROR, Termination.MAX_TURNS])
+        termination = rng.choice(
+            [Termination.WRONG_ANSWER] * 5
+            + [Termination.INVALID_TOOL_CALL, Termination.FORMAT_ERROR, Termination.MAX_TURNS]
+        )
         if termination == Termination.WRONG_ANSWER:
-            details = {"reason": rng.choice(["carry", "arithmetic", "intermediate"] if tool == "calculate"
-                                            else ["lost", "near_miss"])}
+            details = {
+                "reason": rng.choice(
+                    ["carry", "arithmetic", "intermediate"] if tool == "calculate" else ["lost", "near_miss"]
+                )
+            }
         elif termination == Termination.MAX_TURNS:
             details = {"reason": "no_answer" if tool == "calculate" else "no_submit"}
             error = f"no final tool call within {turns} turns"
         elif termination == Termination.INVALID_TOOL_CALL:
-            bad = rng.choice([("solve_everything", args, "unknown tool 'solve_everything'"),
-                              (tool, "{}", f"invalid arguments for {tool}: a required argument is missing")])
-            transcript += [{"role": "assistant", "content": "", "tool_calls": [_call(bad[0], bad[1], turns)]},
-                           {"role": "tool", "tool_call_id": f"call_{turns}", "name": bad[0], "content": "Error: " + bad[2]}]
+            bad = rng.choice(
+                [
+                    ("solve_everything", args, "unknown tool 'solve_everything'"),
+                    (tool, "{}", f"invalid arguments for {tool}: a required argument is missing"),
+                ]
+            )
+            transcript += [
+                {"role": "assistant", "content": "", "tool_calls": [_call(bad[0], bad[1], turns)]},
+                {"role": "tool", "tool_call_id": f"call_{turns}", "name": bad[0], "content": "Error: " + bad[2]},
+            ]
             error = bad[2]
         else:
-            transcript += [{"role": "assistant", "content": "Let me think about it more."},
-                           {"role": "user", "content": "No tool call found. Reply with a tool call."}]
+            transcript += [
+                {"role": "assistant", "content": "Let me think about it more."},
+                {"role": "user", "content": "No tool call found. Reply with a tool call."},
+            ]
             error = "No tool call found. Reply with a tool call."
-    return Episode(run_id=RUN, instance_id=instance.id, bootcamp=instance.bootcamp, model_id="bench", sample=k,
-                   reward=float(not fail), success=not fail, termination=termination, turns=turns, tool_calls=turns,
-                   invalid_calls=int(termination == Termination.INVALID_TOOL_CALL), prompt_tokens=400,
-                   completion_tokens=60, latency_s=0.1, wall_s=0.2, transcript=transcript, details=details,
-                   error=error, level=instance.level)
+    return Episode(
+        run_id=RUN,
+        instance_id=instance.id,
+        bootcamp=instance.bootcamp,
+        model_id="bench",
+        sample=k,
+        reward=float(not fail),
+        success=not fail,
+        termination=termination,
+        turns=turns,
+        tool_calls=turns,
+        invalid_calls=int(termination == Termination.INVALID_TOOL_CALL),
+        prompt_tokens=400,
+        completion_tokens=60,
+        latency_s=0.1,
+        wall_s=0.2,
+        transcript=transcript,
+        details=details,
+        error=error,
+        level=instance.level,
+    )
 
 
 def build_run(store: Store, n_failures: int, seed: int = 0) -> None:
@@ -107,7 +150,7 @@ def build_run(store: Store, n_failures: int, seed: int = 0) -> None:
             episodes.append(make_episode(inst, k, rng, fail))
         k += 1
     for i in range(0, len(episodes), 50_000):
-        store.write_episodes(episodes[i:i + 50_000])
+        store.write_episodes(episodes[i : i + 50_000])
     store.finish_run(RUN, "completed")
 
 
@@ -144,8 +187,10 @@ def main() -> None:
     t0 = time.perf_counter()
     clusters = cluster_failures(store, RUN)
     t_cluster = time.perf_counter() - t0
-    print(f"mining {mined.failures:,} failures: {t_mine:.2f}s ({mined.failures / t_mine:,.0f}/s); "
-          f"clustering: {t_cluster:.2f}s into {len(clusters)} clusters")
+    print(
+        f"mining {mined.failures:,} failures: {t_mine:.2f}s ({mined.failures / t_mine:,.0f}/s); "
+        f"clustering: {t_cluster:.2f}s into {len(clusters)} clusters"
+    )
     for c in clusters:
         print(f"  {c.bootcamp:<10} {c.size:>6}  {c.label}")
 
@@ -153,21 +198,36 @@ def main() -> None:
     t0 = time.perf_counter()
     result = validate_proposals(store, batch, ValidationSettings(instances_per_variant=4, calibration_samples=0))
     t_plain = time.perf_counter() - t0
-    kinds = json.dumps({k or "accepted": sum(1 for v in result.verdicts if (v.reject_kind or None) == k)
-                        for k in {v.reject_kind for v in result.verdicts}}, default=str)
+    kinds = json.dumps(
+        {
+            k or "accepted": sum(1 for v in result.verdicts if (v.reject_kind or None) == k)
+            for k in {v.reject_kind for v in result.verdicts}
+        },
+        default=str,
+    )
     calibrated_batch = proposals(args.proposals // 4, seed=2)
     t0 = time.perf_counter()
-    validate_proposals(store, calibrated_batch, ValidationSettings(instances_per_variant=4, calibration_samples=4),
-                       NoisyOraclePolicy(seed=0))
+    validate_proposals(
+        store,
+        calibrated_batch,
+        ValidationSettings(instances_per_variant=4, calibration_samples=4),
+        NoisyOraclePolicy(seed=0),
+    )
     t_cal = time.perf_counter() - t0
-    print(f"validation of {len(batch)} proposals (4 seeds each, oracle-checked): {t_plain:.2f}s, "
-          f"{len(batch) / t_plain:,.0f} proposals/s; verdicts {kinds}")
-    print(f"with calibration (4 noisy-oracle episodes each), {len(calibrated_batch)} proposals: {t_cal:.2f}s, "
-          f"{len(calibrated_batch) / t_cal:,.0f} proposals/s")
+    print(
+        f"validation of {len(batch)} proposals (4 seeds each, oracle-checked): {t_plain:.2f}s, "
+        f"{len(batch) / t_plain:,.0f} proposals/s; verdicts {kinds}"
+    )
+    print(
+        f"with calibration (4 noisy-oracle episodes each), {len(calibrated_batch)} proposals: {t_cal:.2f}s, "
+        f"{len(calibrated_batch) / t_cal:,.0f} proposals/s"
+    )
     total = t_mine + t_cluster
-    print(f"RATIO synthesis: mining+clustering {mined.failures:,} failures in {total:.1f}s "
-          f"({mined.failures / total:,.0f} failures/s; goal < 60 s); validation {len(batch) / t_plain:,.0f} "
-          f"proposals/s ({len(calibrated_batch) / t_cal:,.0f}/s calibrated; goal > 200/s uncalibrated)")
+    print(
+        f"RATIO synthesis: mining+clustering {mined.failures:,} failures in {total:.1f}s "
+        f"({mined.failures / total:,.0f} failures/s; goal < 60 s); validation {len(batch) / t_plain:,.0f} "
+        f"proposals/s ({len(calibrated_batch) / t_cal:,.0f}/s calibrated; goal > 200/s uncalibrated)"
+    )
 
 
 if __name__ == "__main__":

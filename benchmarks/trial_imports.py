@@ -51,8 +51,19 @@ from typing import Any
 
 TRIAL_SEEDS = (100, 101, 102)
 NONSENSE = ("", "xyzzy plugh 42")
-REFERENCE_KEYS = ("ans", "answer", "correct_answer", "expected", "expected_output", "expected_answer", "correct",
-                  "solution", "expected_sets", "correct_method", "target_answer")
+REFERENCE_KEYS = (
+    "ans",
+    "answer",
+    "correct_answer",
+    "expected",
+    "expected_output",
+    "expected_answer",
+    "correct",
+    "solution",
+    "expected_sets",
+    "correct_method",
+    "target_answer",
+)
 
 
 def main() -> None:
@@ -61,8 +72,11 @@ def main() -> None:
     parser.add_argument("--checkout", default=os.environ.get("CAMPFLOW_INTERNBOOTCAMP"))
     parser.add_argument("--stride", type=int, default=50)
     parser.add_argument("--dotted", action="store_true", help="import classes as internbootcamp:Name, not by file")
-    parser.add_argument("--no-levels", action="store_true",
-                        help="leave out InternBootcamp's level files (a campflow without --levels-from)")
+    parser.add_argument(
+        "--no-levels",
+        action="store_true",
+        help="leave out InternBootcamp's level files (a campflow without --levels-from)",
+    )
     parser.add_argument("--only", default="", help="comma-separated item names (default: all)")
     parser.add_argument("--seconds", type=float, default=180.0, help="time limit of each worker")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -72,8 +86,9 @@ def main() -> None:
         return
     if args.source == "internbootcamp":
         if not args.checkout:
-            raise SystemExit("trial_imports: pass --checkout or set CAMPFLOW_INTERNBOOTCAMP to an InternBootcamp "
-                             "checkout")
+            raise SystemExit(
+                "trial_imports: pass --checkout or set CAMPFLOW_INTERNBOOTCAMP to an InternBootcamp checkout"
+            )
         items = _internbootcamp_items(Path(args.checkout), args.stride, dotted=args.dotted, levels=not args.no_levels)
     else:
         items = _reasoning_gym_items()
@@ -84,10 +99,13 @@ def main() -> None:
         started = time.monotonic()
         row = _trial(item, args.seconds, args.checkout)
         rows.append(row)
-        print(f"{row['label']:<45} imported={_yn(row['imported'])} deterministic={_yn(row.get('deterministic'))} "
-              f"graded={row.get('graded', '-'):<8} via={','.join(row.get('answer_from', [])) or '-':<18} "
-              f"nonsense_full={_yn(row.get('nonsense_full'))} "
-              f"{time.monotonic() - started:5.1f}s  {row.get('why', '')[:150]}", flush=True)
+        print(
+            f"{row['label']:<45} imported={_yn(row['imported'])} deterministic={_yn(row.get('deterministic'))} "
+            f"graded={row.get('graded', '-'):<8} via={','.join(row.get('answer_from', [])) or '-':<18} "
+            f"nonsense_full={_yn(row.get('nonsense_full'))} "
+            f"{time.monotonic() - started:5.1f}s  {row.get('why', '')[:150]}",
+            flush=True,
+        )
     _summary(rows)
 
 
@@ -102,23 +120,27 @@ def _summary(rows: list[dict[str, Any]]) -> None:
     graded = [r for r in known if r["graded"] == "1.0"]
     usable = [r for r in deterministic if r.get("graded") == "1.0"]
     proof = [r for r in usable if not r.get("nonsense_full")]
-    print(f"tried {len(rows)}  imported {len(imported)}  deterministic {len(deterministic)}  "
-          f"with a known-correct answer {len(known)}  graded it 1.0 {len(graded)}")
-    print(f"fully usable (imports, deterministic, known-correct answer 1.0): {len(usable)}/{len(rows)} "
-          f"({100 * len(usable) / max(1, len(rows)):.0f}%); and no full marks for nonsense: {len(proof)}/{len(rows)}")
+    print(
+        f"tried {len(rows)}  imported {len(imported)}  deterministic {len(deterministic)}  "
+        f"with a known-correct answer {len(known)}  graded it 1.0 {len(graded)}"
+    )
+    print(
+        f"fully usable (imports, deterministic, known-correct answer 1.0): {len(usable)}/{len(rows)} "
+        f"({100 * len(usable) / max(1, len(rows)):.0f}%); and no full marks for nonsense: {len(proof)}/{len(rows)}"
+    )
 
 
 def _trial(item: dict[str, Any], seconds: float, checkout: str | None) -> dict[str, Any]:
     first = _worker({"phase": "import", **item}, seconds, "11", checkout)
     if not first.get("imported"):
         return {"label": item["label"], "imported": False, "why": first.get("why", "")}
-    second = _worker({"phase": "regenerate", "label": item["label"], "spec": first["spec"]}, seconds, "12",
-                     checkout)
+    second = _worker({"phase": "regenerate", "label": item["label"], "spec": first["spec"]}, seconds, "12", checkout)
     same = second.get("digests") == first["digests"]
     first["deterministic"] = first["within"] and same
     if not first["deterministic"]:
         first["why"] = ("differs in the other order; " if not first["within"] else "") + (
-            "" if same else f"differs in another process ({second.get('why', 'other digests')})")
+            "" if same else f"differs in another process ({second.get('why', 'other digests')})"
+        )
     return first
 
 
@@ -126,8 +148,14 @@ def _worker(task: dict[str, Any], seconds: float, hash_seed: str, checkout: str 
     path = os.pathsep.join([p for p in (checkout, os.environ.get("PYTHONPATH")) if p])
     env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": path}
     try:
-        out = subprocess.run([sys.executable, __file__, "--worker"], input=json.dumps(task), capture_output=True,
-                             text=True, env=env, timeout=seconds)
+        out = subprocess.run(
+            [sys.executable, __file__, "--worker"],
+            input=json.dumps(task),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=seconds,
+        )
     except subprocess.TimeoutExpired:
         return {"imported": False, "why": f"worker timed out after {seconds:g} s ({task['phase']})"}
     last = out.stdout.strip().splitlines()[-1:] or [""]
@@ -167,9 +195,14 @@ def _work_unguarded(task: dict[str, Any]) -> dict[str, Any]:
         spec, bootcamp = import_bootcamp(spec, store, **kwargs)
     except Exception as exc:  # the import's refusal (or an older campflow's raw error) is the finding
         return {"label": task["label"], "imported": False, "why": f"{type(exc).__name__}: {exc}"[:300]}
-    row: dict[str, Any] = {"label": task["label"], "imported": True, "spec": spec.model_dump(mode="json"),
-                           "import_s": round(time.monotonic() - started, 1), "notes": notes,
-                           "levels": len(bootcamp.levels)}
+    row: dict[str, Any] = {
+        "label": task["label"],
+        "imported": True,
+        "spec": spec.model_dump(mode="json"),
+        "import_s": round(time.monotonic() - started, 1),
+        "notes": notes,
+        "levels": len(bootcamp.levels),
+    }
     try:
         row["digests"] = _digests(bootcamp, reverse=False)
         row["within"] = _digests(bootcamp, reverse=True) == row["digests"]
@@ -184,8 +217,9 @@ def _digests(bootcamp: Any, *, reverse: bool) -> dict[str, str]:
     out = {}
     for lv, s in reversed(keys) if reverse else keys:
         instance = bootcamp.generate(lv, s)
-        shown = json.dumps({"id": instance.id, "data": instance.data, "prompt": bootcamp.prompt(instance)},
-                           sort_keys=True, default=str)
+        shown = json.dumps(
+            {"id": instance.id, "data": instance.data, "prompt": bootcamp.prompt(instance)}, sort_keys=True, default=str
+        )
         out[f"{lv}/{s}"] = hashlib.sha256(shown.encode()).hexdigest()[:16]
     return dict(sorted(out.items()))
 
@@ -204,8 +238,7 @@ def _grades(bootcamp: Any) -> dict[str, Any]:
                 failures.append(f"level {lv} seed {s}: {source} answer {answer[:40]!r} scored {reward:g}")
         nonsense_full |= any(_score(bootcamp, instance, n) >= 1.0 for n in NONSENSE)
     graded = "no-answer" if not rewards else ("1.0" if min(rewards) >= 1.0 else f"{min(rewards):.2f}")
-    return {"graded": graded, "answer_from": sorted(how), "nonsense_full": nonsense_full,
-            "why": "; ".join(failures)}
+    return {"graded": graded, "answer_from": sorted(how), "nonsense_full": nonsense_full, "why": "; ".join(failures)}
 
 
 def _score(bootcamp: Any, instance: Any, answer: str) -> float:
@@ -277,20 +310,29 @@ def _arithmetic(puzzle: str, target: Any) -> str | None:
 def _reasoning_gym_items() -> list[dict[str, Any]]:
     import reasoning_gym.factory as factory
 
-    return [{"label": name, "adapter": "reasoning-gym", "source": name,
-             "options": {"datasets": ["gcd", "chain_sum"]} if name == "composite" else {}}
-            for name in sorted(factory.DATASETS)]
+    return [
+        {
+            "label": name,
+            "adapter": "reasoning-gym",
+            "source": name,
+            "options": {"datasets": ["gcd", "chain_sum"]} if name == "composite" else {},
+        }
+        for name in sorted(factory.DATASETS)
+    ]
 
 
 def _internbootcamp_items(checkout: Path, stride: int, *, dotted: bool, levels: bool) -> list[dict[str, Any]]:
-    code = ("import inspect, json, sys\nimport internbootcamp\n"
-            "print(json.dumps({n: inspect.getsourcefile(getattr(internbootcamp, n)) for n in dir(internbootcamp) "
-            "if n.endswith('bootcamp') and inspect.isclass(getattr(internbootcamp, n))}))")
+    code = (
+        "import inspect, json, sys\nimport internbootcamp\n"
+        "print(json.dumps({n: inspect.getsourcefile(getattr(internbootcamp, n)) for n in dir(internbootcamp) "
+        "if n.endswith('bootcamp') and inspect.isclass(getattr(internbootcamp, n))}))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if out.returncode:
-        raise SystemExit(f"trial_imports: cannot import internbootcamp from {checkout}: "
-                         f"{out.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(
+            f"trial_imports: cannot import internbootcamp from {checkout}: {out.stderr.strip().splitlines()[-1:]}"
+        )
     files = json.loads(out.stdout.strip().splitlines()[-1])
     names = sorted(files)
     picked = names[::stride] + ([] if "Game24bootcamp" in names[::stride] else ["Game24bootcamp"])

@@ -34,8 +34,13 @@ class WorkspaceConfig(Section):
 
     path: Path = Field(Path("campflow-data"), description="workspace folder: store, datasets, checkpoints")
     db: Path | None = Field(None, description="DuckDB file; default <path>/campflow.duckdb")
-    lock_wait_s: float = Field(60.0, gt=0, le=86_400, description="seconds a write waits, retrying with backoff, "
-                               "for another process (a reader such as `campflow sql`) to let go of the store")
+    lock_wait_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="seconds a write waits, retrying with backoff, "
+        "for another process (a reader such as `campflow sql`) to let go of the store",
+    )
 
     @property
     def db_path(self) -> Path:
@@ -56,7 +61,8 @@ class PolicyConfig(Section):
     """The agent under evaluation."""
 
     kind: Literal["oracle", "demonstrator", "noisy", "openai", "local"] = Field(
-        "oracle", description="which policy (demonstrator: the grounded teacher; oracle: privileged)")
+        "oracle", description="which policy (demonstrator: the grounded teacher; oracle: privileged)"
+    )
     model: str | None = Field(None, description="endpoint model name, or a local model path (kind=local)")
     base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the API key, if any")
@@ -67,11 +73,17 @@ class PolicyConfig(Section):
     transport: Literal["aiohttp", "httpx"] = Field("aiohttp", description="HTTP transport of the openai client")
     send_reasoning: bool = Field(False, description="send earlier turns' reasoning back to the model")
     batch_size: int = Field(16, ge=1, le=1024, description="local models: sequences generated together")
-    device: str = Field("auto", pattern=DEVICE_PATTERN, description="local models: auto | cpu | cuda | cuda:N | mps "
-                        "(auto: CUDA, then MPS, then the CPU)")
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field("auto", description="local models: weights' precision "
-                                                               "(auto: bf16 where the GPU has it, fp16 on other CUDA "
-                                                               "GPUs, fp32 on a CPU)")
+    device: str = Field(
+        "auto",
+        pattern=DEVICE_PATTERN,
+        description="local models: auto | cpu | cuda | cuda:N | mps (auto: CUDA, then MPS, then the CPU)",
+    )
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto",
+        description="local models: weights' precision "
+        "(auto: bf16 where the GPU has it, fp16 on other CUDA "
+        "GPUs, fp32 on a CPU)",
+    )
     noise: NoiseConfig = Field(default_factory=NoiseConfig, description="kind=noisy: its mistakes")
 
 
@@ -112,10 +124,13 @@ class TinyModelConfig(Section):
     heads: int = Field(6, ge=1, le=64, description="attention heads (hidden_size must divide evenly)")
     kv_heads: int = Field(2, ge=1, le=64, description="key/value heads (grouped-query attention)")
     max_positions: int = Field(2048, ge=128, le=131_072, description="longest sequence, in tokens")
-    corpus_per_level: int = Field(60, ge=1, le=100_000,
-                                  description="demonstration episodes per level for the tokenizer")
-    chat_template: Literal["qwen2.5", "qwen3"] = Field("qwen2.5", description="TRL's template the model speaks: "
-                                                       "qwen2.5 (all turns alike) or qwen3 (thinking: <think> blocks)")
+    corpus_per_level: int = Field(
+        60, ge=1, le=100_000, description="demonstration episodes per level for the tokenizer"
+    )
+    chat_template: Literal["qwen2.5", "qwen3"] = Field(
+        "qwen2.5",
+        description="TRL's template the model speaks: qwen2.5 (all turns alike) or qwen3 (thinking: <think> blocks)",
+    )
 
 
 class FilterConfig(Section):
@@ -138,8 +153,10 @@ class LoRAConfig(Section):
     alpha: float = Field(32.0, gt=0, description="scaling: the update is multiplied by alpha / r")
     dropout: float = Field(0.05, ge=0, lt=1, description="dropout on the adapter's input")
     target_modules: list[str] | Literal["all-linear"] = Field(
-        "all-linear", description="module names that get adapters (e.g. [q_proj, v_proj]); all-linear: every "
-        "linear layer but the output head")
+        "all-linear",
+        description="module names that get adapters (e.g. [q_proj, v_proj]); all-linear: every "
+        "linear layer but the output head",
+    )
 
 
 class SFTConfig(Section):
@@ -149,13 +166,22 @@ class SFTConfig(Section):
     batch_size: int = Field(16, ge=1, description="sequences per step")
     learning_rate: float = Field(1e-3, gt=0, description="peak learning rate (cosine decay, warmup)")
     warmup_ratio: float = Field(0.05, ge=0, le=1, description="share of steps spent warming up")
-    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass to save "
-                                         "memory (large models); TRL turns it on by default, which only costs the "
-                                         "tiny model time")
-    fused_loss: bool = Field(False, description="TRL's chunked lm-head loss kernel (saves GPU memory on large "
-                             "vocabularies); off: the model's own cross-entropy, ~1.5x faster for the tiny model")
-    gradient_accumulation_steps: int = Field(1, ge=1, description="batches accumulated per optimizer step (the "
-                                             "effective batch is batch_size x this x processes)")
+    gradient_checkpointing: bool = Field(
+        False,
+        description="recompute activations in the backward pass to save "
+        "memory (large models); TRL turns it on by default, which only costs the "
+        "tiny model time",
+    )
+    fused_loss: bool = Field(
+        False,
+        description="TRL's chunked lm-head loss kernel (saves GPU memory on large "
+        "vocabularies); off: the model's own cross-entropy, ~1.5x faster for the tiny model",
+    )
+    gradient_accumulation_steps: int = Field(
+        1,
+        ge=1,
+        description="batches accumulated per optimizer step (the effective batch is batch_size x this x processes)",
+    )
     lora: LoRAConfig | None = Field(None, description="train a LoRA adapter (PEFT); null: full fine-tuning")
     seed: int = Field(0, description="data order and dropout seed")
 
@@ -171,24 +197,40 @@ class RLConfig(Section):
     temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts")
     max_completion_length: int = Field(384, ge=8, description="tokens the model may write per rollout, all turns")
     max_tool_calling_iterations: int = Field(12, ge=1, description="tool rounds per rollout")
-    instances_per_bootcamp: int = Field(256, ge=1, description="train-split instances per bootcamp calibrated "
-                                        "for the learnable band (improve), or offered as prompts (campflow train)")
-    band_samples: int = Field(4, ge=2, description="improve: samples per instance (at the RL temperature) to find "
-                              "the learnable band, 0 < pass@k < 1, and to measure RL's effect on held-out band "
-                              "instances")
-    band_holdout: float = Field(0.25, ge=0, lt=1, description="improve: share of the band held out of RL to "
-                                "measure the SFT and RL checkpoints on")
-    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass to save "
-                                         "memory (large models)")
-    per_device_batch_size: int | None = Field(None, ge=1, description="completions per device per step; null: "
-                                              "num_generations x prompts_per_step")
+    instances_per_bootcamp: int = Field(
+        256,
+        ge=1,
+        description="train-split instances per bootcamp calibrated "
+        "for the learnable band (improve), or offered as prompts (campflow train)",
+    )
+    band_samples: int = Field(
+        4,
+        ge=2,
+        description="improve: samples per instance (at the RL temperature) to find "
+        "the learnable band, 0 < pass@k < 1, and to measure RL's effect on held-out band "
+        "instances",
+    )
+    band_holdout: float = Field(
+        0.25,
+        ge=0,
+        lt=1,
+        description="improve: share of the band held out of RL to measure the SFT and RL checkpoints on",
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass to save memory (large models)"
+    )
+    per_device_batch_size: int | None = Field(
+        None, ge=1, description="completions per device per step; null: num_generations x prompts_per_step"
+    )
     gradient_accumulation_steps: int = Field(1, ge=1, description="batches accumulated per optimizer step")
     use_vllm: bool = Field(False, description="generate rollouts with vLLM (TRL's integration; needs vllm)")
-    vllm_mode: Literal["colocate", "server"] = Field("colocate", description="colocate: vLLM inside the training "
-                                                     "processes; server: a `trl vllm-serve` server")
+    vllm_mode: Literal["colocate", "server"] = Field(
+        "colocate", description="colocate: vLLM inside the training processes; server: a `trl vllm-serve` server"
+    )
     vllm_server_base_url: str | None = Field(None, description="vllm_mode server: its URL, e.g. http://host:8000")
-    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm_mode colocate: share of GPU "
-                                               "memory vLLM may take")
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="vllm_mode colocate: share of GPU memory vLLM may take"
+    )
     lora: LoRAConfig | None = Field(None, description="train a LoRA adapter (PEFT); null: full fine-tuning")
     seed: int = Field(0, description="sampling and data order seed")
 
@@ -209,28 +251,43 @@ class TeacherEndpointConfig(Section):
 class TrainingConfig(Section):
     """Datasets, the embedded model, SFT and RL."""
 
-    teacher: Literal[TEACHERS] = Field("oracle", description="who writes the SFT data: oracle | self (best-of-k "
-                                       "samples of the current model that pass the filter) | endpoint (a "
-                                       "stronger model) | self+oracle / endpoint+oracle (the oracle only for "
-                                       "instances where no model sample passed)")
+    teacher: Literal[TEACHERS] = Field(
+        "oracle",
+        description="who writes the SFT data: oracle | self (best-of-k "
+        "samples of the current model that pass the filter) | endpoint (a "
+        "stronger model) | self+oracle / endpoint+oracle (the oracle only for "
+        "instances where no model sample passed)",
+    )
     self_samples: int = Field(4, ge=1, le=1024, description="teacher self/endpoint: episodes per instance (k)")
     self_temperature: float = Field(0.8, ge=0, le=2, description="teacher self: sampling temperature")
-    teacher_endpoint: TeacherEndpointConfig = Field(default_factory=TeacherEndpointConfig,
-                                                    description="teacher endpoint: the stronger model")
-    exclude_oracle_for_thinking: bool = Field(False, description="a thinking model (its chat template renders "
-                                              "<think>) trains on no oracle rows, which have no reasoning; they "
-                                              "are marked in the dataset either way (column oracle_no_reasoning)")
+    teacher_endpoint: TeacherEndpointConfig = Field(
+        default_factory=TeacherEndpointConfig, description="teacher endpoint: the stronger model"
+    )
+    exclude_oracle_for_thinking: bool = Field(
+        False,
+        description="a thinking model (its chat template renders "
+        "<think>) trains on no oracle rows, which have no reasoning; they "
+        "are marked in the dataset either way (column oracle_no_reasoning)",
+    )
 
     bootcamps: list[str] = Field(["calculator", "maze"], min_length=1, description="bootcamps trained on")
     levels: list[int] | None = Field(None, description="only these levels; None: all")
     collect_n: int = Field(400, ge=1, description="train-split instances per bootcamp for teacher collection")
     collect_samples: int = Field(1, ge=1, description="episodes per instance (best-of-k for sampling policies)")
-    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto | cpu | cuda | cuda:N | mps (auto: CUDA, "
-                        "then MPS, then the CPU; under accelerate launch each process takes its own GPU)")
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field("auto", description="auto: bf16 where the GPU has "
-                                                               "it, fp16 on other CUDA GPUs, fp32 on a CPU")
-    report_to: list[str] = Field([], description="experiment trackers, as transformers names them (trackio, "
-                                 "tensorboard, wandb, ...); [] logs to the store only")
+    device: str = Field(
+        "auto",
+        pattern=DEVICE_PATTERN,
+        description="auto | cpu | cuda | cuda:N | mps (auto: CUDA, "
+        "then MPS, then the CPU; under accelerate launch each process takes its own GPU)",
+    )
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="auto: bf16 where the GPU has it, fp16 on other CUDA GPUs, fp32 on a CPU"
+    )
+    report_to: list[str] = Field(
+        [],
+        description="experiment trackers, as transformers names them (trackio, "
+        "tensorboard, wandb, ...); [] logs to the store only",
+    )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
@@ -261,12 +318,26 @@ class SynthesisConfig(Section):
     max_clusters: int = Field(8, ge=1, le=100, description="most clusters per bootcamp (the data picks how many)")
     exemplars: int = Field(3, ge=1, le=20, description="exemplar episodes kept per cluster")
     instances_per_variant: int = Field(4, ge=1, le=1000, description="train instances generated per variant")
-    probes_per_variant: int = Field(2, ge=0, le=1000, description="held-out probe instances (split probe, fresh "
-                                    "seeds) per accepted variant: before/after of the cycle, never trained on")
-    share: float = Field(0.5, ge=0, le=1, description="fraction of the instances collected per bootcamp that "
-                         "come from this cycle's accepted variants (the rest are generated at curriculum levels)")
-    calibration_samples: int = Field(4, ge=0, le=1000, description="episodes per variant to estimate the "
-                                     "current model's pass rate; 0 skips calibration")
+    probes_per_variant: int = Field(
+        2,
+        ge=0,
+        le=1000,
+        description="held-out probe instances (split probe, fresh "
+        "seeds) per accepted variant: before/after of the cycle, never trained on",
+    )
+    share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="fraction of the instances collected per bootcamp that "
+        "come from this cycle's accepted variants (the rest are generated at curriculum levels)",
+    )
+    calibration_samples: int = Field(
+        4,
+        ge=0,
+        le=1000,
+        description="episodes per variant to estimate the current model's pass rate; 0 skips calibration",
+    )
     band_min: float = Field(0.1, ge=0, le=1, description="variants the model passes less often are too hard")
     band_max: float = Field(0.9, ge=0, le=1, description="variants the model passes more often are too easy")
     curriculum_up: float = Field(0.8, ge=0, le=1, description="train pass rate at or above which the level rises")
@@ -279,29 +350,45 @@ class SynthesisConfig(Section):
         if self.band_min > self.band_max:
             raise ValueError(f"band_min = {self.band_min} must not exceed band_max = {self.band_max}")
         if self.curriculum_down > self.curriculum_up:
-            raise ValueError(f"curriculum_down = {self.curriculum_down} must not exceed "
-                             f"curriculum_up = {self.curriculum_up}")
+            raise ValueError(
+                f"curriculum_down = {self.curriculum_down} must not exceed curriculum_up = {self.curriculum_up}"
+            )
         return self
 
 
 class ImproveConfig(Section):
     """One improvement cycle: evaluate, mine, synthesize, collect, filter, SFT, RL, re-evaluate, promote."""
 
-    model: str = Field("embedded", description="model to start from when none is promoted yet: 'embedded' "
-                       "(the tiny local model) or a local model folder")
+    model: str = Field(
+        "embedded",
+        description="model to start from when none is promoted yet: 'embedded' "
+        "(the tiny local model) or a local model folder",
+    )
     metric: Literal["pass_rate", "mean_reward"] = Field("pass_rate", description="what decides promotion")
-    min_improvement: float = Field(0.0, ge=0, le=1, description="promote only if the metric rises by more than "
-                                   "nothing and by at least this")
-    max_regression: float = Field(0.05, ge=0, le=1, description="promote only if no bootcamp and no level of one "
-                                  "falls by more than this on the eval split (pass rate)")
-    cycles: int = Field(1, ge=1, le=1000, description="cycles `campflow improve` runs, each from the last "
-                        "promoted model")
+    min_improvement: float = Field(
+        0.0, ge=0, le=1, description="promote only if the metric rises by more than nothing and by at least this"
+    )
+    max_regression: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="promote only if no bootcamp and no level of one "
+        "falls by more than this on the eval split (pass rate)",
+    )
+    cycles: int = Field(
+        1, ge=1, le=1000, description="cycles `campflow improve` runs, each from the last promoted model"
+    )
     rl: bool = Field(True, description="run RL after SFT (off: the SFT checkpoint is the candidate)")
-    eval_variants: bool = Field(True, description="run the starting model and the candidate on the accepted "
-                                "variants' held-out probes")
+    eval_variants: bool = Field(
+        True, description="run the starting model and the candidate on the accepted variants' held-out probes"
+    )
     variant_eval_n: int = Field(64, ge=1, description="most probe instances each of the two models runs on")
-    curriculum_n: int = Field(8, ge=0, description="fresh train instances per bootcamp, at its curriculum level, "
-                              "the candidate plays so the curriculum can step; 0: probes only")
+    curriculum_n: int = Field(
+        8,
+        ge=0,
+        description="fresh train instances per bootcamp, at its curriculum level, "
+        "the candidate plays so the curriculum can step; 0: probes only",
+    )
     reports_dir: Path = Field(Path("reports"), description="where cycle reports are written")
     cron: str = Field("0 3 * * *", description="schedule of `campflow serve` for improve (cron, server time)")
 
@@ -313,8 +400,9 @@ class WatchConfig(Section):
     interval_seconds: int = Field(3600, ge=1, description="how often `campflow serve` runs watch")
 
 
-DEFAULT_LAUNCH_COMMAND = ("vllm serve {path} --port {port} --served-model-name {name} "
-                          "--enable-auto-tool-choice --tool-call-parser hermes")
+DEFAULT_LAUNCH_COMMAND = (
+    "vllm serve {path} --port {port} --served-model-name {name} --enable-auto-tool-choice --tool-call-parser hermes"
+)
 
 
 class ServingConfig(Section):
@@ -327,22 +415,34 @@ class ServingConfig(Section):
     ``{python} -m vllm.entrypoints.openai.api_server``).
     """
 
-    kind: Literal["inprocess", "launch", "endpoint"] = Field("inprocess", description="inprocess: the local "
-                                                             "policy in the flow process; launch: start a server "
-                                                             "per checkpoint from `command`; endpoint: a running "
-                                                             "server at base_url")
-    command: str = Field(DEFAULT_LAUNCH_COMMAND, min_length=1, description="kind=launch: the server's command "
-                         "line, with {path} {port} {name} {host} {python} {adapter} placeholders")
+    kind: Literal["inprocess", "launch", "endpoint"] = Field(
+        "inprocess",
+        description="inprocess: the local "
+        "policy in the flow process; launch: start a server "
+        "per checkpoint from `command`; endpoint: a running "
+        "server at base_url",
+    )
+    command: str = Field(
+        DEFAULT_LAUNCH_COMMAND,
+        min_length=1,
+        description="kind=launch: the server's command "
+        "line, with {path} {port} {name} {host} {python} {adapter} placeholders",
+    )
     port: int | None = Field(None, ge=1, le=65_535, description="kind=launch: the port; None picks a free one")
     startup_timeout: float = Field(600.0, gt=0, description="kind=launch: seconds to wait for GET /v1/models")
-    log_dir: Path | None = Field(None, description="kind=launch: where server logs go; default "
-                                 "<workspace>/serving-logs")
+    log_dir: Path | None = Field(
+        None, description="kind=launch: where server logs go; default <workspace>/serving-logs"
+    )
     base_url: str | None = Field(None, description="kind=endpoint: the server, e.g. http://localhost:8000/v1")
     api_key_env: str = Field("OPENAI_API_KEY", description="kind=endpoint: environment variable holding its key")
-    model: str | None = Field(None, description="kind=endpoint: the served base model's name (None: the first "
-                              "that GET /v1/models lists)")
-    runtime_lora: bool = Field(True, description="kind=endpoint: load adapter checkpoints at runtime "
-                               "(POST /v1/load_lora_adapter; vLLM needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
+    model: str | None = Field(
+        None, description="kind=endpoint: the served base model's name (None: the first that GET /v1/models lists)"
+    )
+    runtime_lora: bool = Field(
+        True,
+        description="kind=endpoint: load adapter checkpoints at runtime "
+        "(POST /v1/load_lora_adapter; vLLM needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)",
+    )
 
 
 class CampflowConfig(Section):
@@ -359,8 +459,9 @@ class CampflowConfig(Section):
     watch: WatchConfig = Field(default_factory=WatchConfig)
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
-                env: dict[str, str] | None = None) -> CampflowConfig:
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None
+) -> CampflowConfig:
     """Read ``path`` (or defaults), apply ``CAMPFLOW__*`` environment variables, then ``overrides``.
 
     ``overrides`` uses dotted keys: ``{"rollout.concurrency": 8}``; None values are skipped.
@@ -379,8 +480,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         try:
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
-            raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}); "
-                              "expected a YAML file") from None
+            raise ConfigError(
+                f"{p}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 1]!r}); "
+                "expected a YAML file"
+            ) from None
         except OSError as exc:
             raise ConfigError(f"config file {p} cannot be read: {exc.strerror or exc}") from None
         try:
@@ -392,7 +495,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         data = loaded
     for key, raw in sorted((env if env is not None else os.environ).items()):
         if key.startswith(ENV_PREFIX):
-            dotted = key[len(ENV_PREFIX):].lower().replace("__", ".")
+            dotted = key[len(ENV_PREFIX) :].lower().replace("__", ".")
             try:
                 value = yaml.safe_load(raw) if raw != "" else None
             except yaml.YAMLError as exc:

@@ -66,8 +66,9 @@ class Capability:
                 mps_bf16 = True
             except (RuntimeError, TypeError):
                 pass
-        return cls(cuda_devices=cuda, cuda_bf16=bool(cuda and torch.cuda.is_bf16_supported()), mps=mps,
-                   mps_bf16=mps_bf16)
+        return cls(
+            cuda_devices=cuda, cuda_bf16=bool(cuda and torch.cuda.is_bf16_supported()), mps=mps, mps_bf16=mps_bf16
+        )
 
 
 @dataclass(frozen=True)
@@ -139,18 +140,22 @@ def resolve_hardware(device: str = "auto", precision: str = "auto", capability: 
         if not cap.cuda_devices:
             raise HardwareError(f"device {device!r}: torch sees no CUDA device here (use auto or cpu)")
         if ":" in device and int(device.split(":")[1]) >= cap.cuda_devices:
-            raise HardwareError(f"device {device!r}: only {cap.cuda_devices} CUDA device(s) are visible "
-                                f"(cuda:0 to cuda:{cap.cuda_devices - 1})")
+            raise HardwareError(
+                f"device {device!r}: only {cap.cuda_devices} CUDA device(s) are visible "
+                f"(cuda:0 to cuda:{cap.cuda_devices - 1})"
+            )
     if kind == "mps" and not cap.mps:
         raise HardwareError(f"device {device!r}: torch's MPS backend is not available here (use auto or cpu)")
     bf16 = {"cuda": cap.cuda_bf16, "mps": cap.mps_bf16, "cpu": True}[kind]
     if precision == "auto":
         precision = "bf16" if kind != "cpu" and bf16 else "fp16" if kind == "cuda" else "fp32"
     if precision == "bf16" and not bf16:
-        raise HardwareError(f"precision 'bf16' on {device}: this device does not compute in bfloat16 "
-                            "(use fp16 or auto)")
+        raise HardwareError(
+            f"precision 'bf16' on {device}: this device does not compute in bfloat16 (use fp16 or auto)"
+        )
     if precision == "fp16" and kind == "cpu":
-        raise HardwareError("precision 'fp16' on cpu: mixed-precision fp16 training needs a GPU "
-                            "(use fp32 or bf16 on a CPU)")
+        raise HardwareError(
+            "precision 'fp16' on cpu: mixed-precision fp16 training needs a GPU (use fp32 or bf16 on a CPU)"
+        )
     trainer_args = {"use_cpu": kind == "cpu", "bf16": precision == "bf16", "fp16": precision == "fp16"}
     return Hardware(device=device, precision=precision, dtype=_DTYPES[precision], trainer_args=trainer_args)

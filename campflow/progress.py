@@ -34,14 +34,19 @@ class Throughput:
     def rates(self) -> dict[str, float]:
         """Episodes and tokens per second of wall time, and the mean policy latency per turn."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        return {"episodes_per_s": self.episodes / elapsed, "tokens_per_s": self.tokens / elapsed,
-                "latency_per_turn_s": self.latency_s / self.turns if self.turns else 0.0}
+        return {
+            "episodes_per_s": self.episodes / elapsed,
+            "tokens_per_s": self.tokens / elapsed,
+            "latency_per_turn_s": self.latency_s / self.turns if self.turns else 0.0,
+        }
 
     def describe(self) -> str:
         """``3.2 ep/s, 850 tok/s, 120 ms/turn``."""
         r = self.rates()
-        return (f"{r['episodes_per_s']:.2f} ep/s, {r['tokens_per_s']:.0f} tok/s, "
-                f"{r['latency_per_turn_s'] * 1000:.0f} ms/turn")
+        return (
+            f"{r['episodes_per_s']:.2f} ep/s, {r['tokens_per_s']:.0f} tok/s, "
+            f"{r['latency_per_turn_s'] * 1000:.0f} ms/turn"
+        )
 
 
 class Reporter:

@@ -92,6 +92,7 @@ def signals() -> Iterator[None]:
 
 def unwinding(fn: F) -> F:
     """``fn`` run within :func:`signals` (for flow bodies: put it under ``@flow``)."""
+
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         with signals():

@@ -24,15 +24,25 @@ RUN_ID = "planted"
 
 def calculator_params(rng: random.Random) -> dict[str, Any]:
     """Calculator knobs drawn independently."""
-    return {"level": rng.randint(1, 4), "steps": rng.randint(1, 6), "max_operand": rng.randint(5, 500),
-            "operations": "".join(rng.sample("+-*/", rng.randint(1, 4))), "distractors": rng.randint(0, 3)}
+    return {
+        "level": rng.randint(1, 4),
+        "steps": rng.randint(1, 6),
+        "max_operand": rng.randint(5, 500),
+        "operations": "".join(rng.sample("+-*/", rng.randint(1, 4))),
+        "distractors": rng.randint(0, 3),
+    }
 
 
 def maze_params(rng: random.Random) -> dict[str, Any]:
     """Square maze knobs drawn independently."""
     side = rng.choice([5, 7, 9, 11, 13])
-    return {"level": rng.randint(1, 4), "width": side, "height": side, "view_radius": rng.randint(1, 4),
-            "loops": round(rng.uniform(0.0, 0.2), 2)}
+    return {
+        "level": rng.randint(1, 4),
+        "width": side,
+        "height": side,
+        "view_radius": rng.randint(1, 4),
+        "loops": round(rng.uniform(0.0, 0.2), 2),
+    }
 
 
 def in_planted_region(bootcamp: str, params: dict[str, Any]) -> bool:
@@ -44,11 +54,13 @@ def in_planted_region(bootcamp: str, params: dict[str, Any]) -> bool:
 
 def planted_policy(seed: int = 0) -> NoisyOraclePolicy:
     """The oracle, noisy only inside the planted regions."""
+
     def when(instance: Instance) -> bool:
         return in_planted_region(instance.bootcamp, instance.params.model_dump())
 
-    return NoisyOraclePolicy(p_wrong_move=0.1, p_malformed=0.1, p_wrong_answer=0.5, seed=seed, when=when,
-                             model_id="planted")
+    return NoisyOraclePolicy(
+        p_wrong_move=0.1, p_malformed=0.1, p_wrong_answer=0.5, seed=seed, when=when, model_id="planted"
+    )
 
 
 def record_planted_run(store: Store, n: int = 400, seed: int = 0) -> list[Episode]:

@@ -14,19 +14,25 @@ import pytest
 from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps import registry
 from campflow.bootcamps.adapters import ImportSpec, default_name, ensure_registered, parse_options
-from campflow.storage.imports import forget, import_bootcamp, recorded, register_recorded
 from campflow.bootcamps.splits import train_instances
 from campflow.errors import ImportSourceError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
+from campflow.storage.imports import forget, import_bootcamp, recorded, register_recorded
 from tests.conftest import run_cli
 
 pytest.importorskip("reasoning_gym")
 pytest.importorskip("gymnasium")
 
-ROW = {"messages": [{"role": "user", "content": "Weather in Paris?"}],
-       "tools": [{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                        "required": ["city"]}}],
-       "expected_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
+ROW = {
+    "messages": [{"role": "user", "content": "Weather in Paris?"}],
+    "tools": [
+        {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }
+    ],
+    "expected_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+}
 TASK_CLASS = '''
 import random
 
@@ -78,8 +84,11 @@ def test_an_import_is_recorded_in_the_store_and_registered_as_imported(store, so
         assert entry.origin == "imported" and registry.make(spec.name).name == spec.name
     rows = store.query("SELECT name, adapter, source, version, options FROM imported_bootcamps ORDER BY name")
     assert [(r["name"], r["adapter"]) for r in rows] == [
-        ("fc-calls", "function-calling"), ("gym-FrozenLake-v1", "gymnasium"), ("ib-Double", "internbootcamp"),
-        ("rg-gcd", "reasoning-gym")]
+        ("fc-calls", "function-calling"),
+        ("gym-FrozenLake-v1", "gymnasium"),
+        ("ib-Double", "internbootcamp"),
+        ("rg-gcd", "reasoning-gym"),
+    ]
     assert json.loads(next(r for r in rows if r["name"] == "rg-gcd")["options"]) == {"min_numbers": 2}
     assert {s.name: s.version for s in recorded(store)} == {r["name"]: r["version"] for r in rows}
 
@@ -111,7 +120,11 @@ def test_default_names_and_options_from_the_command_line() -> None:
     assert default_name("function-calling", "/data/bfcl simple.jsonl") == "fc-bfcl_simple"
     assert default_name("internbootcamp", "pkg.tasks:Sudoku") == "ib-Sudoku"
     assert parse_options(["max_terms=4", "operators=[+, '-']", "is_slippery=true", "word=abc"]) == {
-        "max_terms": 4, "operators": ["+", "-"], "is_slippery": True, "word": "abc"}
+        "max_terms": 4,
+        "operators": ["+", "-"],
+        "is_slippery": True,
+        "word": "abc",
+    }
     with pytest.raises(ImportSourceError, match="key=value"):
         parse_options(["max_terms"])
     with pytest.raises(ValueError, match="bootcamp name"):
@@ -120,8 +133,9 @@ def test_default_names_and_options_from_the_command_line() -> None:
 
 def test_a_fresh_worker_process_rebuilds_the_same_instances_from_the_specs(sources) -> None:
     ensure_registered(sources)
-    here = {s.name: [registry.make(s.name).generate(level, seed).id for level in (1, 3) for seed in (0, 7)]
-            for s in sources}
+    here = {
+        s.name: [registry.make(s.name).generate(level, seed).id for level in (1, 3) for seed in (0, 7)] for s in sources
+    }
     code = (
         "import json, sys\n"
         "from campflow.bootcamps import registry\n"
@@ -131,8 +145,13 @@ def test_a_fresh_worker_process_rebuilds_the_same_instances_from_the_specs(sourc
         "print(json.dumps({s.name: [registry.make(s.name).generate(lv, sd).id for lv in (1, 3) for sd in (0, 7)]"
         " for s in specs}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, json.dumps([s.model_dump() for s in sources])],
-                         capture_output=True, text=True, check=True, cwd="/")
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps([s.model_dump() for s in sources])],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
     assert json.loads(out.stdout) == here
 
 
@@ -159,12 +178,22 @@ def test_an_evaluation_of_imported_bootcamps_lands_in_the_store(prefect_harness,
         import_bootcamp(spec, store)
         registry.unregister(spec.name)  # the flow must find them in the store, as a new process would
     names = [s.name for s in sources]
-    cfg = load_config(None, {"workspace.path": str(workspace), "policy.kind": "oracle", "eval.bootcamps": names,
-                             "eval.n": 6, "rollout.shard_size": 5})
+    cfg = load_config(
+        None,
+        {
+            "workspace.path": str(workspace),
+            "policy.kind": "oracle",
+            "eval.bootcamps": names,
+            "eval.n": 6,
+            "rollout.shard_size": 5,
+        },
+    )
     summary = evaluate(cfg, run_id="imported")
     assert summary.pass_rates == {name: 1.0 for name in names} and summary.ran == 24
-    rows = store.query("SELECT bootcamp, count(*) AS n, min(reward) AS r FROM episodes WHERE run_id = 'imported' "
-                       "GROUP BY bootcamp ORDER BY bootcamp")
+    rows = store.query(
+        "SELECT bootcamp, count(*) AS n, min(reward) AS r FROM episodes WHERE run_id = 'imported' "
+        "GROUP BY bootcamp ORDER BY bootcamp"
+    )
     assert [(r["bootcamp"], r["n"], r["r"]) for r in rows] == [(n, 6, 1.0) for n in sorted(names)]
     assert store.scalar("SELECT count(*) FROM instances WHERE split = 'eval' AND bootcamp LIKE 'gym-%'") == 6
 
@@ -181,8 +210,13 @@ def test_an_sft_dataset_builds_from_teacher_episodes_on_imported_bootcamps(store
     instances = [i for n in names for i in train_instances(registry.make(n), 8, levels=[1])]
     store.write_instances(instances, split="train")
     store.start_run("teacher", "collect", {}, "oracle")
-    store.write_episodes(asyncio.run(run_episodes(
-        [EpisodeSpec(registry.make(i.bootcamp), i) for i in instances], OraclePolicy(), run_id="teacher")))
+    store.write_episodes(
+        asyncio.run(
+            run_episodes(
+                [EpisodeSpec(registry.make(i.bootcamp), i) for i in instances], OraclePolicy(), run_id="teacher"
+            )
+        )
+    )
     store.finish_run("teacher", "completed", {})
     built = build_sft_dataset(store, workspace, ["teacher"], FilterConfig(balance=False, dedupe=False))
     assert built.per_bootcamp == {n: 8 for n in names}
@@ -193,10 +227,12 @@ def test_an_sft_dataset_builds_from_teacher_episodes_on_imported_bootcamps(store
 
 def test_the_command_line_imports_lists_and_reports_bad_sources_on_one_line(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text(json.dumps(ROW) + "\n" + json.dumps({**ROW, "tools": None}) + "\n")
-    (tmp_path / "tasks.py").write_text("class NoVerify:\n    def case_generator(self): return {}\n"
-                                       "    def prompt_func(self, identity): return '?'\n")
-    ok = run_cli("import", "reasoning-gym", "basic_arithmetic", "--config", "operators=[+, -]", "--as", "sums",
-                 cwd=tmp_path)
+    (tmp_path / "tasks.py").write_text(
+        "class NoVerify:\n    def case_generator(self): return {}\n    def prompt_func(self, identity): return '?'\n"
+    )
+    ok = run_cli(
+        "import", "reasoning-gym", "basic_arithmetic", "--set", "operators=[+, -]", "--as", "sums", cwd=tmp_path
+    )
     assert ok.returncode == 0, ok.stderr
     assert "imported sums" in ok.stdout
     for argv, message in [
@@ -214,18 +250,20 @@ def test_the_command_line_imports_lists_and_reports_bad_sources_on_one_line(tmp_
     imports = run_cli("imports", cwd=tmp_path)
     assert "sums" in imports.stdout and "reasoning-gym" in imports.stdout
     assert '"operators": ["+", "-"]' in imports.stdout
-    evaluated = run_cli("eval", "--policy", "oracle", "--bootcamps", "sums", "-n", "4", "--run-id", "cli",
-                        cwd=tmp_path)
+    evaluated = run_cli("eval", "--policy", "oracle", "--bootcamps", "sums", "-n", "4", "--run-id", "cli", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr
-    rates = json.loads(run_cli("sql", "SELECT bootcamp, episodes, pass_rate FROM pass_rates", "-f", "json",
-                               cwd=tmp_path).stdout)
+    rates = json.loads(
+        run_cli("sql", "SELECT bootcamp, episodes, pass_rate FROM pass_rates", "-f", "json", cwd=tmp_path).stdout
+    )
     assert rates == [{"bootcamp": "sums", "episodes": 4, "pass_rate": 1.0}]
 
 
 def test_help_imports_neither_adapter_package() -> None:
-    code = ("import sys\nfrom campflow.cli import main\nsys.argv = ['campflow', 'import', '--help']\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('LOADED=' + ','.join(m for m in ('reasoning_gym', 'gymnasium', 'datasets', 'prefect') "
-            "if m in sys.modules))\n")
+    code = (
+        "import sys\nfrom campflow.cli import main\nsys.argv = ['campflow', 'import', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED=' + ','.join(m for m in ('reasoning_gym', 'gymnasium', 'datasets', 'prefect') "
+        "if m in sys.modules))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "reasoning-gym" in out.stdout and out.stdout.strip().splitlines()[-1] == "LOADED=", out.stdout + out.stderr

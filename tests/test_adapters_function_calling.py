@@ -17,20 +17,47 @@ from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
 from tests.policies import WrongAnswerPolicy
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather in a city.",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "description": "city name"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}},
-        "required": ["city"]}}}
-EMAIL = {"name": "send_email", "description": "Send an email.", "parameters": {"type": "object", "properties": {
-    "to": {"type": "string"}, "subject": {"type": "string"}, "urgent": {"type": "boolean"}},
-    "required": ["to", "subject"]}}
-CONVERT = {"type": "function", "function": {"name": "convert", "description": "Convert an amount of money.",
-           "parameters": {"type": "object", "properties": {
-               "amount": {"type": "number"}, "from": {"type": "string"}, "to": {"type": "string"},
-               "tags": {"type": "array", "items": {"type": "string"}}},
-               "required": ["amount", "from", "to"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "city name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+            },
+            "required": ["city"],
+        },
+    },
+}
+EMAIL = {
+    "name": "send_email",
+    "description": "Send an email.",
+    "parameters": {
+        "type": "object",
+        "properties": {"to": {"type": "string"}, "subject": {"type": "string"}, "urgent": {"type": "boolean"}},
+        "required": ["to", "subject"],
+    },
+}
+CONVERT = {
+    "type": "function",
+    "function": {
+        "name": "convert",
+        "description": "Convert an amount of money.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number"},
+                "from": {"type": "string"},
+                "to": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["amount", "from", "to"],
+        },
+    },
+}
 
 
 def _user(text: str) -> list[dict]:
@@ -38,26 +65,51 @@ def _user(text: str) -> list[dict]:
 
 
 ROWS = [
-    {"messages": _user("Weather in Paris?"), "tools": [WEATHER, EMAIL],
-     "expected_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
-    {"messages": [{"role": "system", "content": "You are a travel assistant."}, *_user("Weather in Oslo, in F.")],
-     "tools": [WEATHER],
-     "expected_calls": [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "fahrenheit"}}]},
-    {"messages": _user("Weather in Rome and in Lima?"), "tools": [WEATHER],
-     "expected_calls": [{"name": "get_weather", "arguments": {"city": "Rome"}},
-                        {"name": "get_weather", "arguments": {"city": "Lima"}}], "order_sensitive": False},
-    {"messages": _user("Convert 20 EUR to USD, then email bob@x.org the subject 'rate'."),
-     "tools": [CONVERT, EMAIL], "order_sensitive": True,
-     "expected_calls": [{"name": "convert", "arguments": {"amount": 20, "from": "EUR", "to": "USD"}},
-                        {"type": "function", "function": {"name": "send_email",
-                                                          "arguments": '{"to": "bob@x.org", "subject": "rate"}'}}]},
-    {"messages": _user("Email ann@x.org and joe@x.org 'hi', urgently, and check the weather in Kyiv."),
-     "tools": [EMAIL, WEATHER],
-     "expected_calls": [{"name": "send_email", "arguments": {"to": "ann@x.org", "subject": "hi", "urgent": True}},
-                        {"name": "send_email", "arguments": {"to": "joe@x.org", "subject": "hi", "urgent": True}},
-                        {"name": "get_weather", "arguments": {"city": "Kyiv"}}]},
-    {"messages": _user("Convert 5.5 GBP to JPY."), "tools": [CONVERT],
-     "expected_calls": [{"name": "convert", "arguments": {"amount": 5.5, "from": "GBP", "to": "JPY"}}]},
+    {
+        "messages": _user("Weather in Paris?"),
+        "tools": [WEATHER, EMAIL],
+        "expected_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+    },
+    {
+        "messages": [{"role": "system", "content": "You are a travel assistant."}, *_user("Weather in Oslo, in F.")],
+        "tools": [WEATHER],
+        "expected_calls": [{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "fahrenheit"}}],
+    },
+    {
+        "messages": _user("Weather in Rome and in Lima?"),
+        "tools": [WEATHER],
+        "expected_calls": [
+            {"name": "get_weather", "arguments": {"city": "Rome"}},
+            {"name": "get_weather", "arguments": {"city": "Lima"}},
+        ],
+        "order_sensitive": False,
+    },
+    {
+        "messages": _user("Convert 20 EUR to USD, then email bob@x.org the subject 'rate'."),
+        "tools": [CONVERT, EMAIL],
+        "order_sensitive": True,
+        "expected_calls": [
+            {"name": "convert", "arguments": {"amount": 20, "from": "EUR", "to": "USD"}},
+            {
+                "type": "function",
+                "function": {"name": "send_email", "arguments": '{"to": "bob@x.org", "subject": "rate"}'},
+            },
+        ],
+    },
+    {
+        "messages": _user("Email ann@x.org and joe@x.org 'hi', urgently, and check the weather in Kyiv."),
+        "tools": [EMAIL, WEATHER],
+        "expected_calls": [
+            {"name": "send_email", "arguments": {"to": "ann@x.org", "subject": "hi", "urgent": True}},
+            {"name": "send_email", "arguments": {"to": "joe@x.org", "subject": "hi", "urgent": True}},
+            {"name": "get_weather", "arguments": {"city": "Kyiv"}},
+        ],
+    },
+    {
+        "messages": _user("Convert 5.5 GBP to JPY."),
+        "tools": [CONVERT],
+        "expected_calls": [{"name": "convert", "arguments": {"amount": 5.5, "from": "GBP", "to": "JPY"}}],
+    },
 ]
 
 
@@ -89,8 +141,12 @@ def test_oracle_replays_every_row_and_wrong_answers_score_zero(calls) -> None:
     assert {e.termination for e in solved} == {Termination.SOLVED} and {e.reward for e in solved} == {1.0}
     wrong = asyncio.run(run_episodes([EpisodeSpec(calls, i) for i in instances], WrongAnswerPolicy()))
     assert {e.termination for e in wrong} == {Termination.WRONG_ANSWER} and {e.reward for e in wrong} == {0.0}
-    noisy = asyncio.run(run_episodes([EpisodeSpec(calls, i) for i in instances],
-                                     NoisyOraclePolicy(p_wrong_move=0.5, p_malformed=0, p_wrong_answer=0, seed=2)))
+    noisy = asyncio.run(
+        run_episodes(
+            [EpisodeSpec(calls, i) for i in instances],
+            NoisyOraclePolicy(p_wrong_move=0.5, p_malformed=0, p_wrong_answer=0, seed=2),
+        )
+    )
     assert any(0 < e.reward < 1 for e in noisy)
 
 
@@ -124,8 +180,11 @@ def test_reward_is_call_matching_on_names_and_arguments(calls) -> None:
     two_cities = row(2)
     swapped = _play(calls, two_cities, [call("get_weather", city="Lima"), call("get_weather", city="Rome"), finish])
     assert swapped.success and swapped.reward == 1.0, "order-insensitive rows match as multisets"
-    extra = _play(calls, two_cities, [call("get_weather", city="Rome"), call("get_weather", city="Lima"),
-                                      call("get_weather", city="Oslo"), finish])
+    extra = _play(
+        calls,
+        two_cities,
+        [call("get_weather", city="Rome"), call("get_weather", city="Lima"), call("get_weather", city="Oslo"), finish],
+    )
     assert extra.reward == pytest.approx(2 / 3) and extra.details["reason"] == "extra_call"
     wrong_city = _play(calls, two_cities, [call("get_weather", city="Rome"), call("get_weather", city="Lim"), finish])
     assert wrong_city.reward == 0.5 and wrong_city.details["reason"] == "wrong_arguments"
@@ -153,9 +212,15 @@ def test_arguments_are_validated_against_the_rows_schema(calls) -> None:
 
 def test_a_saved_hugging_face_dataset_imports_like_the_jsonl_file(tmp_path: Path, calls) -> None:
     datasets = pytest.importorskip("datasets")
-    flat = [{"messages": json.dumps(r["messages"]), "tools": json.dumps(r["tools"]),
-             "expected_calls": json.dumps(r["expected_calls"]), "order_sensitive": r.get("order_sensitive", False)}
-            for r in ROWS]
+    flat = [
+        {
+            "messages": json.dumps(r["messages"]),
+            "tools": json.dumps(r["tools"]),
+            "expected_calls": json.dumps(r["expected_calls"]),
+            "order_sensitive": r.get("order_sensitive", False),
+        }
+        for r in ROWS
+    ]
     datasets.Dataset.from_list(flat).save_to_disk(str(tmp_path / "saved"))
     saved = fc(tmp_path / "saved")
     assert [p.model_dump() for p in saved.levels.values()] == [p.model_dump() for p in calls.levels.values()]
@@ -171,18 +236,26 @@ def test_the_version_changes_when_the_file_does(tmp_path: Path, calls) -> None:
     assert changed.version != calls.version and changed.version.startswith("fc")
 
 
-@pytest.mark.parametrize(("bad_line", "message"), [
-    ({"messages": _user("hi"), "expected_calls": []}, r"line 3: missing field 'tools'"),
-    ({"tools": [WEATHER], "expected_calls": []}, r"line 3: missing field 'messages'"),
-    ({"messages": _user("hi"), "tools": [WEATHER]}, r"line 3: missing field 'expected_calls'"),
-    ('{"messages": [', r"line 3: not valid JSON"),
-    ({"messages": _user("hi"), "tools": [WEATHER], "expected_calls": [{"name": "book_flight", "arguments": {}}]},
-     r"line 3: expected call 'book_flight' names no tool"),
-    ({"messages": _user("hi"), "tools": [WEATHER], "expected_calls": [{"name": "get_weather", "arguments": {}}]},
-     r"line 3: expected call 'get_weather' does not fit its tool's schema: city is required"),
-])
-def test_rows_with_missing_or_wrong_fields_are_one_clear_error_naming_the_line(tmp_path: Path, bad_line,
-                                                                               message) -> None:
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        ({"messages": _user("hi"), "expected_calls": []}, r"line 3: missing field 'tools'"),
+        ({"tools": [WEATHER], "expected_calls": []}, r"line 3: missing field 'messages'"),
+        ({"messages": _user("hi"), "tools": [WEATHER]}, r"line 3: missing field 'expected_calls'"),
+        ('{"messages": [', r"line 3: not valid JSON"),
+        (
+            {"messages": _user("hi"), "tools": [WEATHER], "expected_calls": [{"name": "book_flight", "arguments": {}}]},
+            r"line 3: expected call 'book_flight' names no tool",
+        ),
+        (
+            {"messages": _user("hi"), "tools": [WEATHER], "expected_calls": [{"name": "get_weather", "arguments": {}}]},
+            r"line 3: expected call 'get_weather' does not fit its tool's schema: city is required",
+        ),
+    ],
+)
+def test_rows_with_missing_or_wrong_fields_are_one_clear_error_naming_the_line(
+    tmp_path: Path, bad_line, message
+) -> None:
     path = write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], ROWS[1], bad_line, ROWS[2]])
     with pytest.raises(ImportSourceError, match=message):
         fc(path)

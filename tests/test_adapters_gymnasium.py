@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+
 import pytest
 
 from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy
@@ -73,8 +74,9 @@ def test_frozen_lake_maps_come_from_size_and_seed_and_episodes_replay_exactly() 
     assert len(maps) == 10 and all(len(m) == 8 for m in maps)
     instance = b.generate(2, 7)
     assert b.generate(2, 7).data == instance.data
-    first, second = (run(b, [instance], NoisyOraclePolicy(p_wrong_move=0.5, p_malformed=0, p_wrong_answer=0))[0]
-                     for _ in range(2))
+    first, second = (
+        run(b, [instance], NoisyOraclePolicy(p_wrong_move=0.5, p_malformed=0, p_wrong_answer=0))[0] for _ in range(2)
+    )
     assert first.transcript == second.transcript
     big = b.generate({**b.levels[1].model_dump(), "size": 10}, 0)
     assert len(big.data["kwargs"]["desc"]) == 10 and "You (@) are at row 0, column 0." in big.data["start"]

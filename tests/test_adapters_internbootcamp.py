@@ -137,8 +137,11 @@ class Csummodpbootcamp(Basebootcamp):
     def _verify_correction(cls, solution, identity):
         return solution == str(identity["ans"])
 '''
-LEVELS = [{"num_numbers": 3, "range_max": 10}, {"num_numbers": 4, "range_max": 10, "target_max": 35},
-          {"num_numbers": 5, "range_max": 10, "target_max": 40}]
+LEVELS = [
+    {"num_numbers": 3, "range_max": 10},
+    {"num_numbers": 4, "range_max": 10, "target_max": 35},
+    {"num_numbers": 5, "range_max": 10, "target_max": 40},
+]
 
 
 @pytest.fixture
@@ -148,7 +151,7 @@ def checkout(tmp_path: Path, monkeypatch) -> Path:
     files = {
         "internbootcamp/__init__.py": "from .bootcamp import *\n",
         "internbootcamp/bootcamp/__init__.py": "from .base import Basebootcamp\n"
-                                               "from .game24.game_default import Game24bootcamp\n",
+        "from .game24.game_default import Game24bootcamp\n",
         "internbootcamp/bootcamp/base.py": BASE,
         "internbootcamp/bootcamp/game24/game_default.py": GAME,
         "internbootcamp/bootcamp/csummodp/csummodp.py": CODEFORCES,
@@ -165,9 +168,13 @@ def checkout(tmp_path: Path, monkeypatch) -> Path:
 @pytest.fixture(autouse=True)
 def own_package_modules():
     """Each test imports its own ``internbootcamp`` and ``bootcamp``: none are left to the next test."""
+
     def ours() -> list[str]:
-        return [m for m in sys.modules if m.split(".")[0] in ("internbootcamp", "bootcamp")
-                or m.startswith("campflow_imported_")]
+        return [
+            m
+            for m in sys.modules
+            if m.split(".")[0] in ("internbootcamp", "bootcamp") or m.startswith("campflow_imported_")
+        ]
 
     saved = {m: sys.modules.pop(m) for m in ours()}
     yield
@@ -189,11 +196,16 @@ def ib(source: str, **options):
 
 
 def identities_in_a_fresh_process(source: str, root: Path, hash_seed: str) -> list:
-    code = ("import json, sys\nfrom campflow.bootcamps.adapters import ImportSpec, build_bootcamp\n"
-            "b = build_bootcamp(ImportSpec(name='ib-test', adapter='internbootcamp', source=sys.argv[1]))\n"
-            "print(json.dumps([b.generate(lv, s).data['identity'] for lv in (1, 3) for s in range(4)]))\n")
-    env = {**os.environ, "PYTHONHASHSEED": hash_seed,
-           "PYTHONPATH": os.pathsep.join([str(root), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])}
+    code = (
+        "import json, sys\nfrom campflow.bootcamps.adapters import ImportSpec, build_bootcamp\n"
+        "b = build_bootcamp(ImportSpec(name='ib-test', adapter='internbootcamp', source=sys.argv[1]))\n"
+        "print(json.dumps([b.generate(lv, s).data['identity'] for lv in (1, 3) for s in range(4)]))\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONHASHSEED": hash_seed,
+        "PYTHONPATH": os.pathsep.join([str(root), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]),
+    }
     out = subprocess.run([sys.executable, "-c", code, source], capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout)
 
@@ -225,7 +237,8 @@ def test_a_codeforces_style_class_loads_from_its_file_path(checkout: Path) -> No
     assert instance.data["identity"]["ans"] == sum(instance.data["identity"]["numbers"]) % 7
     assert str(checkout / "internbootcamp") in sys.path, "the folder `from bootcamp import` needs"
     assert identities_in_a_fresh_process(source, checkout, "3") == [
-        b.generate(lv, s).data["identity"] for lv in (1, 3) for s in range(4)]
+        b.generate(lv, s).data["identity"] for lv in (1, 3) for s in range(4)
+    ]
 
 
 def test_a_solve_helper_that_does_not_take_the_identity_is_not_taken_for_an_oracle(checkout: Path) -> None:
@@ -243,12 +256,20 @@ def test_a_solve_helper_that_does_not_take_the_identity_is_not_taken_for_an_orac
 def test_levels_come_from_an_internbootcamp_config_file_and_the_import_vets_them(checkout: Path, store) -> None:
     levels = read_levels_file(checkout / "examples/pipelines/puzzle_configs/game24_train.json")
     notes: list[str] = []
-    spec, b = import_bootcamp(ImportSpec(name="ib-game24", adapter="internbootcamp",
-                                         source="internbootcamp:Game24bootcamp", options={"levels": levels}),
-                              store, say=notes.append)
+    spec, b = import_bootcamp(
+        ImportSpec(
+            name="ib-game24",
+            adapter="internbootcamp",
+            source="internbootcamp:Game24bootcamp",
+            options={"levels": levels},
+        ),
+        store,
+        say=notes.append,
+    )
     assert [b.levels[lv].num_numbers for lv in sorted(b.levels)] == [3, 4, 5]
-    assert any("does not take target_max; dropped as InternBootcamp's own data generator drops them" in n
-               for n in notes)
+    assert any(
+        "does not take target_max; dropped as InternBootcamp's own data generator drops them" in n for n in notes
+    )
     assert spec.options["levels"] == levels, "the file's content is on record, not its path"
     assert [len(b.generate(lv, 0).data["identity"]["puzzle"].split()) for lv in (1, 2, 3)] == [3, 4, 5]
 
@@ -270,8 +291,10 @@ def real_checkout() -> Path:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     probe = subprocess.run([sys.executable, "-c", "import internbootcamp"], capture_output=True, text=True, env=env)
     if probe.returncode:
-        pytest.skip(f"cannot import internbootcamp from {root} (pip install -e it): "
-                    f"{probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else probe.returncode}")
+        pytest.skip(
+            f"cannot import internbootcamp from {root} (pip install -e it): "
+            f"{probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else probe.returncode}"
+        )
     return Path(root)
 
 
@@ -283,8 +306,15 @@ def real_on_path(real_checkout: Path, monkeypatch) -> Path:
 
 def test_real_game24bootcamp_imports_deterministically_with_its_own_levels(real_on_path: Path, store) -> None:
     levels = read_levels_file(real_on_path / "examples/pipelines/puzzle_configs/game24_train.json")
-    spec, b = import_bootcamp(ImportSpec(name="ib-Game24", adapter="internbootcamp",
-                                         source="internbootcamp:Game24bootcamp", options={"levels": levels}), store)
+    spec, b = import_bootcamp(
+        ImportSpec(
+            name="ib-Game24",
+            adapter="internbootcamp",
+            source="internbootcamp:Game24bootcamp",
+            options={"levels": levels},
+        ),
+        store,
+    )
     assert [b.levels[lv].num_numbers for lv in sorted(b.levels)] == [4, 5, 6]
     assert "Base class for bootcamp" not in b.describe_task()
     here = [b.generate(lv, s).data["identity"] for lv in (1, 3) for s in range(4)]

@@ -20,8 +20,16 @@ pytest.importorskip("reasoning_gym")
 
 # arithmetic, counting, sorting, strings, logic with enum-typed config lists (aiw), and a dataset whose
 # own curriculum declares invalid top levels (caesar_cipher)
-DATASETS = ["basic_arithmetic", "chain_sum", "leg_counting", "gcd", "number_sorting", "word_sorting", "aiw",
-            "caesar_cipher"]
+DATASETS = [
+    "basic_arithmetic",
+    "chain_sum",
+    "leg_counting",
+    "gcd",
+    "number_sorting",
+    "word_sorting",
+    "aiw",
+    "caesar_cipher",
+]
 SEEDS = 25
 
 

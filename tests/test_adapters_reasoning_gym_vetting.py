@@ -37,17 +37,28 @@ def rg(source: str, **options):
 
 def imported(store, source: str, options: dict | None = None, **kwargs):
     notes: list[str] = []
-    spec, bootcamp = import_bootcamp(ImportSpec(name=f"rg-{source}", adapter="reasoning-gym", source=source,
-                                                options=options or {}), store, say=notes.append, **kwargs)
+    spec, bootcamp = import_bootcamp(
+        ImportSpec(name=f"rg-{source}", adapter="reasoning-gym", source=source, options=options or {}),
+        store,
+        say=notes.append,
+        **kwargs,
+    )
     return spec, bootcamp, notes
 
 
 def questions_in_a_fresh_process(source: str, hash_seed: str) -> list[str]:
-    code = ("import json, sys\nfrom campflow.bootcamps.adapters import ImportSpec, build_bootcamp\n"
-            "b = build_bootcamp(ImportSpec(name='rg-' + sys.argv[1], adapter='reasoning-gym', source=sys.argv[1]))\n"
-            "print(json.dumps([b.generate(lv, s).data['question'] for lv in sorted(b.levels) for s in range(10)]))\n")
-    out = subprocess.run([sys.executable, "-c", code, source], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONHASHSEED": hash_seed})
+    code = (
+        "import json, sys\nfrom campflow.bootcamps.adapters import ImportSpec, build_bootcamp\n"
+        "b = build_bootcamp(ImportSpec(name='rg-' + sys.argv[1], adapter='reasoning-gym', source=sys.argv[1]))\n"
+        "print(json.dumps([b.generate(lv, s).data['question'] for lv in sorted(b.levels) for s in range(10)]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, source],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": hash_seed},
+    )
     return json.loads(out.stdout.splitlines()[-1])  # codeio prints its generators' errors first
 
 
@@ -59,10 +70,10 @@ def test_composite_says_it_needs_its_datasets_and_mixes_the_ones_named(tmp_path:
         assert mixed.solve(mixed.generate(1, seed))[1].success
     with pytest.raises(ImportSourceError, match="'nope' is not a reasoning-gym dataset"):
         rg("composite", datasets=["nope"])
-    bad = run_cli("import", "reasoning-gym", "composite", "--config", "datasets=[{nam: gcd}]", cwd=tmp_path)
+    bad = run_cli("import", "reasoning-gym", "composite", "--set", "datasets=[{nam: gcd}]", cwd=tmp_path)
     assert bad.returncode == 2 and "expected each a dataset name or an object" in bad.stderr, bad.stderr
     assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
-    ok = run_cli("import", "reasoning-gym", "composite", "--config", "datasets=[gcd, chain_sum]", cwd=tmp_path)
+    ok = run_cli("import", "reasoning-gym", "composite", "--set", "datasets=[gcd, chain_sum]", cwd=tmp_path)
     assert ok.returncode == 0 and "imported rg-composite" in ok.stdout, ok.stderr
 
 
@@ -77,21 +88,25 @@ def test_generators_that_draw_on_global_random_give_one_task_per_id(source: str)
 
 @pytest.mark.parametrize("source", ["isomorphic_strings", "polynomial_multiplication", "ransom_note", "word_ladder"])
 def test_a_dataset_that_depends_on_the_hash_seed_is_refused_naming_the_cause(store, source: str) -> None:
-    with pytest.raises(ImportSourceError, match=f"'{source}' gives another task for the same instance in another "
-                                                "process .*it depends on the hash seed"):
+    with pytest.raises(
+        ImportSourceError,
+        match=f"'{source}' gives another task for the same instance in another process .*it depends on the hash seed",
+    ):
         imported(store, source)
     assert recorded(store) == []
 
 
 def test_a_scorer_that_rewards_any_answer_is_refused(store) -> None:
-    with pytest.raises(ImportSourceError, match="'game_of_life_halting': its scorer gives full marks to answers "
-                                                "that are no answer"):
+    with pytest.raises(
+        ImportSourceError, match="'game_of_life_halting': its scorer gives full marks to answers that are no answer"
+    ):
         imported(store, "game_of_life_halting")
 
 
 @pytest.mark.parametrize(("source", "failing"), [("letter_jumble", [3, 4]), ("spell_backward", [5])])
-def test_a_curriculum_level_that_fails_to_generate_is_dropped_not_the_dataset(store, source: str,
-                                                                             failing: list[int]) -> None:
+def test_a_curriculum_level_that_fails_to_generate_is_dropped_not_the_dataset(
+    store, source: str, failing: list[int]
+) -> None:
     spec, b, notes = imported(store, source)
     assert [n.split(":")[0] for n in notes if "dropped" in n] == [f"level {lv} dropped" for lv in failing]
     assert recorded(store)[0].options["curriculum_levels"] == spec.options["curriculum_levels"]
@@ -113,8 +128,9 @@ def test_reference_answers_that_fail_their_own_scorer_are_never_submitted_by_the
     assert any(n.startswith("level 3: the source's reference answer fails its own scorer") for n in notes), notes
     instances = [b.generate(3, seed) for seed in range(6)]
     episodes = asyncio.run(run_episodes([EpisodeSpec(b, i) for i in instances], OraclePolicy()))
-    by_reference = {(i.data["answer"] == '["No solution"]', e.termination)
-                    for i, e in zip(instances, episodes, strict=True)}
+    by_reference = {
+        (i.data["answer"] == '["No solution"]', e.termination) for i, e in zip(instances, episodes, strict=True)
+    }
     assert (True, Termination.INFRA_ERROR) in by_reference and (False, Termination.SOLVED) in by_reference
     assert by_reference <= {(True, Termination.INFRA_ERROR), (False, Termination.SOLVED)}
 

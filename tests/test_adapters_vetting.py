@@ -120,8 +120,12 @@ def forget_imports():
 
 def imported(store, source: str, *, options: dict | None = None, **kwargs) -> tuple[ImportSpec, object, list[str]]:
     notes: list[str] = []
-    spec, bootcamp = import_bootcamp(ImportSpec(name="ib-vet", adapter="internbootcamp", source=source,
-                                                options=options or {}), store, say=notes.append, **kwargs)
+    spec, bootcamp = import_bootcamp(
+        ImportSpec(name="ib-vet", adapter="internbootcamp", source=source, options=options or {}),
+        store,
+        say=notes.append,
+        **kwargs,
+    )
     return spec, bootcamp, notes
 
 
@@ -132,13 +136,17 @@ def test_a_sound_class_is_recorded_as_given(store, tasks: str) -> None:
     assert any("no difficulty presets" in n for n in notes)
 
 
-@pytest.mark.parametrize(("cls", "cause"), [
-    ("HashOrdered", "it depends on the hash seed"),
-    ("Entropic", "differs even with the same hash seed and order"),
-    ("Counting", "depends on the order instances are generated in"),
-])
-def test_a_task_that_differs_across_processes_is_refused_with_its_cause(store, tasks: str, cls: str,
-                                                                          cause: str) -> None:
+@pytest.mark.parametrize(
+    ("cls", "cause"),
+    [
+        ("HashOrdered", "it depends on the hash seed"),
+        ("Entropic", "differs even with the same hash seed and order"),
+        ("Counting", "depends on the order instances are generated in"),
+    ],
+)
+def test_a_task_that_differs_across_processes_is_refused_with_its_cause(
+    store, tasks: str, cls: str, cause: str
+) -> None:
     with pytest.raises(ImportSourceError, match="gives another task for the same instance in another process") as err:
         imported(store, f"{tasks}:{cls}")
     assert cause in str(err.value) and f"{tasks}:{cls}" in str(err.value)
@@ -163,8 +171,9 @@ def test_a_wrong_answer_above_the_declared_bound_raises_the_bound_on_record(stor
     assert any("wrong answers score up to 0.3" in n for n in notes)
     registry.unregister("ib-vet")
     rebuilt = build_bootcamp(recorded(store)[0])
-    episodes = asyncio.run(run_episodes([EpisodeSpec(rebuilt, rebuilt.generate(1, s)) for s in range(8)],
-                                        WrongAnswerPolicy()))
+    episodes = asyncio.run(
+        run_episodes([EpisodeSpec(rebuilt, rebuilt.generate(1, s)) for s in range(8)], WrongAnswerPolicy())
+    )
     assert max(e.reward for e in episodes) <= rebuilt.wrong_answer_bound
 
 

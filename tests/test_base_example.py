@@ -62,19 +62,22 @@ def test_the_example_runs_registers_echo_and_keeps_the_contract(example: dict[st
     entry = next(e for e in registry.entries() if e.name == "echo")
     assert entry.origin == "user" and entry.modality == "text"
     contract.check_contract(echo)
-    assert echo.describe_task() == ("Repeat a word.\n\n"
-                                    "You are given a word. Submit it, exactly as given, with `submit`.")
+    assert echo.describe_task() == (
+        "Repeat a word.\n\nYou are given a word. Submit it, exactly as given, with `submit`."
+    )
 
 
 def test_the_example_through_the_engine_solves_every_level_and_scores_wrong_answers_and_max_turns_zero(
-        example: dict[str, Any]) -> None:
+    example: dict[str, Any],
+) -> None:
     echo = registry.make("echo")
     specs = [EpisodeSpec(echo, echo.generate(level, seed)) for level in echo.levels for seed in range(20)]
     solved = asyncio.run(run_episodes(specs, OraclePolicy()))
     assert {(e.termination, e.reward) for e in solved} == {(Termination.SOLVED, 1.0)}
     wrong = asyncio.run(run_episodes(specs, WrongAnswerPolicy()))
     assert {(e.termination, e.reward, e.details["reason"]) for e in wrong} == {
-        (Termination.WRONG_ANSWER, 0.0, "mismatch")}
+        (Termination.WRONG_ANSWER, 0.0, "mismatch")
+    }
 
 
 class _Silent(OraclePolicy):
@@ -151,5 +154,6 @@ def test_the_contract_wants_three_levels_of_the_bootcamps_own_params(example: di
     with pytest.raises(ContractError, match="declares 2 levels; expected at least 3"):
         contract.check_declarations(_broken(example, levels={1: params(level=1), 2: params(level=2)}))
     with pytest.raises(ContractError, match="level 3 holds params of level 2"):
-        contract.check_declarations(_broken(example, levels={1: params(level=1), 2: params(level=2),
-                                                             3: params(level=2)}))
+        contract.check_declarations(
+            _broken(example, levels={1: params(level=1), 2: params(level=2), 3: params(level=2)})
+        )

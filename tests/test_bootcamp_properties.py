@@ -75,8 +75,18 @@ def test_instance_ids_and_identities_are_stable_across_processes() -> None:
         "            i = b.generate(lv, s); out[f'{n}:{lv}:{s}'] = [i.id, json.dumps(i.data, sort_keys=True)]\n"
         "print(json.dumps(out))\n"
     )
-    runs = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                      env={"PYTHONHASHSEED": str(h), "PATH": ""}).stdout) for h in (1, 2)]
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={"PYTHONHASHSEED": str(h), "PATH": ""},
+            ).stdout
+        )
+        for h in (1, 2)
+    ]
     assert runs[0] == runs[1]
     here = {}
     for n in BUILTIN:

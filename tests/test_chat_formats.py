@@ -24,13 +24,16 @@ def _trl_template(name: str) -> str:
     return getattr(chat_template_utils, f"{name}_chat_template")
 
 
-@pytest.mark.parametrize("template, family, tool_calls, thinking", [
-    ("qwen2_5", "qwen2.5", "text", False),
-    ("qwen3", "qwen3", "text", True),
-    ("qwen3_instruct_2507", "qwen3-instruct", "text", False),
-    ("llama3_1", "llama3", "parsed", False),
-    ("llama3_2", "llama3", "parsed", False),
-])
+@pytest.mark.parametrize(
+    "template, family, tool_calls, thinking",
+    [
+        ("qwen2_5", "qwen2.5", "text", False),
+        ("qwen3", "qwen3", "text", True),
+        ("qwen3_instruct_2507", "qwen3-instruct", "text", False),
+        ("llama3_1", "llama3", "parsed", False),
+        ("llama3_2", "llama3", "parsed", False),
+    ],
+)
 def test_the_chat_format_is_read_from_the_templates_text(template, family, tool_calls, thinking) -> None:
     fmt = chat_format(_trl_template(template))
     assert (fmt.family, fmt.tool_calls, fmt.thinking) == (family, tool_calls, thinking)
@@ -52,15 +55,22 @@ def llama_tokenizer(tmp_path_factory):
     return tok
 
 
-@pytest.mark.parametrize("reply, content, calls", [
-    ('{"name": "calculate", "parameters": {"expression": "2 + 3"}}<|eot_id|>', "",
-     [("calculate", {"expression": "2 + 3"})]),
-    ("The answer is 5.<|eot_id|>", "The answer is 5.", []),
-    ('{"name": "calculate", "parameters": {"expression": <|eot_id|>', None, []),
-])
+@pytest.mark.parametrize(
+    "reply, content, calls",
+    [
+        (
+            '{"name": "calculate", "parameters": {"expression": "2 + 3"}}<|eot_id|>',
+            "",
+            [("calculate", {"expression": "2 + 3"})],
+        ),
+        ("The answer is 5.<|eot_id|>", "The answer is 5.", []),
+        ('{"name": "calculate", "parameters": {"expression": <|eot_id|>', None, []),
+    ],
+)
 def test_a_llama3_reply_is_parsed_by_trls_parser_for_its_template(llama_tokenizer, reply, content, calls) -> None:
-    prompt = llama_tokenizer.apply_chat_template(fixed_chats.conversations(1)[0][:2], tools=fixed_chats.TOOLS,
-                                                 add_generation_prompt=True, tokenize=False)
+    prompt = llama_tokenizer.apply_chat_template(
+        fixed_chats.conversations(1)[0][:2], tools=fixed_chats.TOOLS, add_generation_prompt=True, tokenize=False
+    )
     parsed = parse_reply(llama_tokenizer, reply, prompt, fixed_chats.TOOLS)
     got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed["tool_calls"] or []]
     assert got == calls
@@ -79,10 +89,26 @@ def thinking(tmp_path_factory):
     from campflow.training.base import ensure_base
 
     ws = tmp_path_factory.mktemp("thinking")
-    cfg = load_config(None, {"workspace.path": str(ws), "training.bootcamps": ["calculator"], "training.levels": [1],
-                             "training.tiny": {"corpus_per_level": 4, "vocab_size": 600, "hidden_size": 64,
-                                               "intermediate_size": 128, "layers": 2, "heads": 2, "kv_heads": 1,
-                                               "max_positions": 1024, "chat_template": "qwen3"}}, env={})
+    cfg = load_config(
+        None,
+        {
+            "workspace.path": str(ws),
+            "training.bootcamps": ["calculator"],
+            "training.levels": [1],
+            "training.tiny": {
+                "corpus_per_level": 4,
+                "vocab_size": 600,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "layers": 2,
+                "heads": 2,
+                "kv_heads": 1,
+                "max_positions": 1024,
+                "chat_template": "qwen3",
+            },
+        },
+        env={},
+    )
     store = Store(cfg.workspace.db_path)
     base = ensure_base(store, cfg)
     calc = registry.make("calculator")
@@ -90,8 +116,9 @@ def thinking(tmp_path_factory):
     store.write_instances(train, split="train")
     store.write_instances(eval_instances(calc, 4, levels=[1]), split="eval")
     store.start_run("teacher", "collect", {}, "oracle")
-    store.write_episodes(asyncio.run(run_episodes([EpisodeSpec(calc, i) for i in train], OraclePolicy(),
-                                                  run_id="teacher")))
+    store.write_episodes(
+        asyncio.run(run_episodes([EpisodeSpec(calc, i) for i in train], OraclePolicy(), run_id="teacher"))
+    )
     return cfg, store, base
 
 
@@ -119,9 +146,11 @@ def test_the_thinking_model_is_evaluated_and_sees_its_reasoning_as_its_template_
     assert policy.send_reasoning, "a thinking template decides where earlier reasoning shows"
     tok = AutoTokenizer.from_pretrained(base.path)
     call = {"id": "c0", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "1 + 2"}'}}
-    transcript = [{"role": "user", "content": "add"},
-                  {"role": "assistant", "content": "", "reasoning_content": "add them first", "tool_calls": [call]},
-                  {"role": "tool", "name": "calculate", "content": "3"}]
+    transcript = [
+        {"role": "user", "content": "add"},
+        {"role": "assistant", "content": "", "reasoning_content": "add them first", "tool_calls": [call]},
+        {"role": "tool", "name": "calculate", "content": "3"},
+    ]
     text = tok.apply_chat_template(template_messages(transcript), add_generation_prompt=True, tokenize=False)
     assert "<think>\nadd them first\n</think>" in text  # within the current turn, Qwen3 shows the reasoning
 
@@ -140,14 +169,26 @@ def test_the_thinking_model_trains_with_trls_qwen3_training_template_through_sft
     assert build.rows == 16
     tok = AutoTokenizer.from_pretrained(base.path)
     assert chat_template_utils.get_training_chat_template(tok) == chat_template_utils.qwen3_training_chat_template
-    sft = train_sft(store, cfg.workspace.path, base.model_id, build.dataset_id,
-                    cfg.training.sft.model_copy(update={"max_steps": 12, "batch_size": 4, "learning_rate": 5e-3}))
+    sft = train_sft(
+        store,
+        cfg.workspace.path,
+        base.model_id,
+        build.dataset_id,
+        cfg.training.sft.model_copy(update={"max_steps": 12, "batch_size": 4, "learning_rate": 5e-3}),
+    )
     curve = sft.metrics["loss_curve"]
     assert curve[-1][1] < curve[0][1]
     check_rl_template(tok, base.path)
     assert tok.response_template == chat_template_utils.qwen3_template
-    rl_cfg = cfg.training.rl.model_copy(update={"max_steps": 1, "num_generations": 2, "prompts_per_step": 1,
-                                                "instances_per_bootcamp": 2, "max_completion_length": 24})
+    rl_cfg = cfg.training.rl.model_copy(
+        update={
+            "max_steps": 1,
+            "num_generations": 2,
+            "prompts_per_step": 1,
+            "instances_per_bootcamp": 2,
+            "max_completion_length": 24,
+        }
+    )
     rl = train_rl(store, cfg.workspace.path, sft.checkpoint.model_id, ["calculator"], rl_cfg, [1])
     assert rl.metrics["steps"] == 1 and rl.checkpoint.parent_model_id == sft.checkpoint.model_id
 
@@ -178,7 +219,12 @@ def test_a_model_folder_the_user_brings_is_adopted_as_the_base_of_sft(thinking, 
     folder = tmp_path / "my-qwen3"
     shutil.copytree(base.path, folder, ignore=shutil.ignore_patterns("campflow.json"))  # a plain save_pretrained
     build = build_sft_dataset(store, cfg.workspace.path, ["teacher"], cfg.training.filter)
-    sft = train_sft(store, cfg.workspace.path, str(folder), build.dataset_id,
-                    cfg.training.sft.model_copy(update={"max_steps": 1, "batch_size": 2}))
+    sft = train_sft(
+        store,
+        cfg.workspace.path,
+        str(folder),
+        build.dataset_id,
+        cfg.training.sft.model_copy(update={"max_steps": 1, "batch_size": 2}),
+    )
     parent = store.query("SELECT kind, path FROM checkpoints WHERE model_id = ?", [sft.checkpoint.parent_model_id])[0]
     assert (parent["kind"], parent["path"]) == ("base", str(folder.resolve()))

@@ -17,8 +17,9 @@ HEAVY = ("torch", "transformers", "trl", "prefect", "datasets", "openai", "sklea
 def evaluated(tmp_path_factory):
     """A workspace with one small noisy-oracle evaluation in it (runs the evaluate flow once)."""
     ws = tmp_path_factory.mktemp("cli")
-    result = run_cli("eval", "--policy", "noisy", "-n", "6", "--bootcamps", "calculator,maze", "--run-id", "cli-run",
-                     cwd=ws)
+    result = run_cli(
+        "eval", "--policy", "noisy", "-n", "6", "--bootcamps", "calculator,maze", "--run-id", "cli-run", cwd=ws
+    )
     assert result.returncode == 0, result.stderr
     return ws
 
@@ -39,8 +40,11 @@ def test_help_and_sql_import_no_heavy_library(argv, tmp_path) -> None:
 def test_eval_prints_pass_rates_and_records_the_run(evaluated) -> None:
     out = run_cli("runs", cwd=evaluated)
     assert out.returncode == 0 and "cli-run" in out.stdout and "completed" in out.stdout
-    rows = json.loads(run_cli("sql", "SELECT bootcamp, episodes FROM pass_rates ORDER BY bootcamp", "-f", "json",
-                              cwd=evaluated).stdout)
+    rows = json.loads(
+        run_cli(
+            "sql", "SELECT bootcamp, episodes FROM pass_rates ORDER BY bootcamp", "-f", "json", cwd=evaluated
+        ).stdout
+    )
     assert rows == [{"bootcamp": "calculator", "episodes": 6}, {"bootcamp": "maze", "episodes": 6}]
 
 
@@ -48,7 +52,10 @@ def test_sql_drop_table_fails_read_only_and_the_table_is_intact(evaluated) -> No
     out = run_cli("sql", "DROP TABLE episodes", cwd=evaluated)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "read-only" in out.stderr and "Traceback" not in out.stderr
-    assert run_cli("sql", "SELECT count(*) AS n FROM episodes", "-f", "csv", cwd=evaluated).stdout.split() == ["n", "12"]
+    assert run_cli("sql", "SELECT count(*) AS n FROM episodes", "-f", "csv", cwd=evaluated).stdout.split() == [
+        "n",
+        "12",
+    ]
 
 
 def test_sql_syntax_error_is_duckdbs_message_on_one_line_with_exit_code_2(evaluated) -> None:
@@ -66,8 +73,9 @@ def test_invalid_config_value_is_one_line_naming_key_value_and_expectation(tmp_p
     (tmp_path / "bad.yaml").write_text("rollout:\n  concurrency: -3\n")
     out = run_cli("eval", "--config", "bad.yaml", cwd=tmp_path)
     assert out.returncode == 2
-    assert out.stderr.strip() == ("error: bad.yaml: rollout.concurrency = -3: "
-                                  "Input should be greater than or equal to 1")
+    assert out.stderr.strip() == (
+        "error: bad.yaml: rollout.concurrency = -3: Input should be greater than or equal to 1"
+    )
 
 
 def test_unknown_bootcamp_lists_the_known_ones(tmp_path) -> None:
@@ -78,8 +86,11 @@ def test_unknown_bootcamp_lists_the_known_ones(tmp_path) -> None:
 def test_bootcamps_list_show_and_sample(tmp_path) -> None:
     listed = run_cli("bootcamps", "list", cwd=tmp_path)
     assert listed.returncode == 0
-    rows = {line.split("│")[1].strip(): line for line in listed.stdout.splitlines() if line.count("│") > 4
-            and line.split("│")[1].strip()}
+    rows = {
+        line.split("│")[1].strip(): line
+        for line in listed.stdout.splitlines()
+        if line.count("│") > 4 and line.split("│")[1].strip()
+    }
     for name in ("calculator", "maze", "filesystem", "sql", "shop", "calendar", "wordle"):
         assert "text" in rows[name]
     for name in ("gridworld", "chart", "gui"):

@@ -30,10 +30,21 @@ def test_the_shipped_default_config_validates_and_mirrors_every_setting() -> Non
     path = REPO / "configs" / "default.yaml"
     assert isinstance(load_config(path, env={}), CampflowConfig)
     missing = _missing_fields(CampflowConfig, yaml.safe_load(path.read_text()))
-    optional = {"workspace.db", "policy.api_key_env", "policy.transport", "policy.send_reasoning",
-                "rollout.ray_address", "rollout.max_turns", "rollout.max_calls_per_turn", "rollout.max_reply_chars",
-                "rollout.max_observation_chars", "rollout.max_context_tokens", "training.filter.max_turns",
-                "training.filter.max_per_bootcamp", "synthesis.llm.api_key_env"}
+    optional = {
+        "workspace.db",
+        "policy.api_key_env",
+        "policy.transport",
+        "policy.send_reasoning",
+        "rollout.ray_address",
+        "rollout.max_turns",
+        "rollout.max_calls_per_turn",
+        "rollout.max_reply_chars",
+        "rollout.max_observation_chars",
+        "rollout.max_context_tokens",
+        "training.filter.max_turns",
+        "training.filter.max_per_bootcamp",
+        "synthesis.llm.api_key_env",
+    }
     assert set(missing) <= optional, sorted(set(missing) - optional)
 
 
@@ -42,14 +53,20 @@ def test_the_example_configs_validate(name: str) -> None:
     assert isinstance(load_config(REPO / "configs" / name, env={}), CampflowConfig)
 
 
-@pytest.mark.parametrize(("yaml_text", "message"), [
-    ("rollout:\n  concurrency: 0\n", "rollout.concurrency = 0: Input should be greater than or equal to 1"),
-    ("policy:\n  kind: gpt5\n", "policy.kind = 'gpt5': Input should be 'oracle', 'demonstrator', 'noisy', 'openai' or 'local'"),
-    ("policy:\n  temprature: 0.3\n", "policy.temprature is not a known setting"),
-    ("eval:\n  n: lots\n", "eval.n = 'lots': Input should be a valid integer"),
-    ("- just\n- a list\n", "expected a mapping of sections"),
-    ("rollout: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("rollout:\n  concurrency: 0\n", "rollout.concurrency = 0: Input should be greater than or equal to 1"),
+        (
+            "policy:\n  kind: gpt5\n",
+            "policy.kind = 'gpt5': Input should be 'oracle', 'demonstrator', 'noisy', 'openai' or 'local'",
+        ),
+        ("policy:\n  temprature: 0.3\n", "policy.temprature is not a known setting"),
+        ("eval:\n  n: lots\n", "eval.n = 'lots': Input should be a valid integer"),
+        ("- just\n- a list\n", "expected a mapping of sections"),
+        ("rollout: [\n", "not valid YAML"),
+    ],
+)
 def test_invalid_values_are_one_line_with_key_value_and_expectation(tmp_path, yaml_text, message) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(yaml_text)

@@ -19,11 +19,17 @@ from typing import Any
 
 import pytest
 
-from campflow.agents.oracle import DemonstratorPolicy, OraclePolicy
 from campflow.agents.base import Policy
+from campflow.agents.oracle import DemonstratorPolicy, OraclePolicy
 from campflow.bootcamps import registry
 from campflow.bootcamps.demonstration import (
-    Exemptions, exchanges, messages_text, schema_enums, shown_text, tool_calls, ungrounded,
+    Exemptions,
+    exchanges,
+    messages_text,
+    schema_enums,
+    shown_text,
+    tool_calls,
+    ungrounded,
 )
 from campflow.bootcamps.maze.bootcamp import STEPS, WALL, observed_cells
 from campflow.rollout.engine import EpisodeSpec, run_episode
@@ -32,7 +38,8 @@ SEEDS = range(8)
 DIRECTIONS = frozenset(STEPS)
 SQL_WORDS = frozenset(
     "select distinct from where and or not in is null like between join inner left on as group by having "
-    "order asc desc limit count sum avg min max round lower upper".split())
+    "order asc desc limit count sum avg min max round lower upper".split()
+)
 
 #: What each bootcamp's calls may hold without having been shown, and why.
 EXEMPT: dict[str, Exemptions] = {
@@ -48,8 +55,15 @@ EXEMPT: dict[str, Exemptions] = {
     # a page number walks through the pages the tool reported ("Page 1 of N"); the tool refuses others
     "shop": Exemptions(fields=frozenset({("search", "page")})),
     # SQL's own words, the aliases a query makes up (FROM orders o) and its LIMIT
-    "sql": Exemptions(syntax={"query": SQL_WORDS}, defines={"query": (
-        re.compile(r"\b(?:FROM|JOIN)\s+\w+\s+(?:AS\s+)?(\w+)", re.I), re.compile(r"\bLIMIT\s+(\d+)", re.I))}),
+    "sql": Exemptions(
+        syntax={"query": SQL_WORDS},
+        defines={
+            "query": (
+                re.compile(r"\b(?:FROM|JOIN)\s+\w+\s+(?:AS\s+)?(\w+)", re.I),
+                re.compile(r"\bLIMIT\s+(\d+)", re.I),
+            )
+        },
+    ),
     # a guess is a free choice among the vocabulary the prompt names (the oracle reads only the feedback)
     "wordle": Exemptions(fields=frozenset({("guess", "word")})),
 }
@@ -70,8 +84,9 @@ def _play(name: str, params: Any, seed: int, policy: Policy) -> Any:
     return bootcamp, instance, asyncio.run(run_episode(EpisodeSpec(bootcamp, instance), policy))
 
 
-def _optimistic_distance(width: int, height: int, walls: set[tuple[int, int]], start: tuple[int, int],
-                         goal: tuple[int, int]) -> int:
+def _optimistic_distance(
+    width: int, height: int, walls: set[tuple[int, int]], start: tuple[int, int], goal: tuple[int, int]
+) -> int:
     dist = {start: 0}
     queue = deque([start])
     while queue:
@@ -107,8 +122,9 @@ def maze_moves_follow_the_seen_map(instance: Any, transcript: Sequence[Mapping[s
             before = _optimistic_distance(p.width, p.height, walls, here, goal)
             after = _optimistic_distance(p.width, p.height, walls, nxt, goal)
             if seen.get(nxt) != "." or after != before - 1:
-                problems.append(f"move {args['direction']} from {here} "
-                                f"(seen: {seen.get(nxt)}, route {before} -> {after})")
+                problems.append(
+                    f"move {args['direction']} from {here} (seen: {seen.get(nxt)}, route {before} -> {after})"
+                )
             if seen.get(nxt) == ".":
                 here = nxt
     return problems
@@ -125,7 +141,7 @@ def click_hits_a_box(transcript: Sequence[Mapping[str, Any]]) -> list[str]:
             found = [tuple(map(int, b)) for b in _BOX.findall(messages_text(message))]
             boxes = found or boxes
         for name, args in tool_calls([message]) if message.get("role") == "assistant" else ():
-            if name == "click" and not any(l <= args["x"] < r and t <= args["y"] < b for l, t, r, b in boxes):
+            if name == "click" and not any(x0 <= args["x"] < x1 and y0 <= args["y"] < y1 for x0, y0, x1, y1 in boxes):
                 problems.append(f"click ({args['x']}, {args['y']}) hits no box shown")
     return problems
 
@@ -165,11 +181,17 @@ def test_demonstration_passes_only_what_was_shown(name: str, level: int) -> None
         assert violations(name, bootcamp, instance, episode.transcript) == [], (name, level, seed)
 
 
-@pytest.mark.parametrize(("name", "level", "share"), [
-    ("calendar", 2, 1.0), ("filesystem", 1, 1.0), ("sql", 3, 1.0),
-    # the oracle's shortest path agrees with the seen map wherever no unseen cell decides the route
-    ("maze", 3, 0.25), ("maze", 4, 0.25),
-])
+@pytest.mark.parametrize(
+    ("name", "level", "share"),
+    [
+        ("calendar", 2, 1.0),
+        ("filesystem", 1, 1.0),
+        ("sql", 3, 1.0),
+        # the oracle's shortest path agrees with the seen map wherever no unseen cell decides the route
+        ("maze", 3, 0.25),
+        ("maze", 4, 0.25),
+    ],
+)
 def test_checker_catches_the_privileged_oracle(name: str, level: int, share: float) -> None:
     seeds = range(12)
     caught = 0
@@ -180,21 +202,33 @@ def test_checker_catches_the_privileged_oracle(name: str, level: int, share: flo
     assert caught >= share * len(seeds), f"{name} level {level}: caught the oracle on {caught} of {len(seeds)} seeds"
 
 
-@pytest.mark.parametrize(("name", "first"), [("calendar", "list_events"), ("filesystem", "ls"),
-                                             ("sql", "list_tables")])
+@pytest.mark.parametrize(("name", "first"), [("calendar", "list_events"), ("filesystem", "ls"), ("sql", "list_tables")])
 def test_demonstration_observes_before_it_acts(name: str, first: str) -> None:
     bootcamp, instance, episode = _play(name, 2, 0, DemonstratorPolicy())
     assert next(n for n, _, _ in exchanges(episode.transcript)) == first
 
 
 def test_checker_reads_numbers_by_value_and_catches_an_invented_id() -> None:
-    transcript = [{"role": "user", "content": "Cancel the standup; the budget is 12.50."},
-                  {"role": "assistant", "tool_calls": [
-                      {"id": "c0", "type": "function", "function": {"name": "pay", "arguments": '{"amount": 12.5}'}}]},
-                  {"role": "tool", "tool_call_id": "c0", "content": "ok"},
-                  {"role": "assistant", "tool_calls": [
-                      {"id": "c1", "type": "function", "function": {"name": "cancel_event",
-                                                                    "arguments": '{"event_id": "e5"}'}}]}]
+    transcript = [
+        {"role": "user", "content": "Cancel the standup; the budget is 12.50."},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c0", "type": "function", "function": {"name": "pay", "arguments": '{"amount": 12.5}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c0", "content": "ok"},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "cancel_event", "arguments": '{"event_id": "e5"}'},
+                }
+            ],
+        },
+    ]
     assert ungrounded(transcript) == ["turn 1 cancel_event(event_id): 'e5'"]
 
 

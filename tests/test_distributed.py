@@ -22,8 +22,12 @@ def trained_workspace(tmp_path: Path) -> Path:
     from campflow.training import checkpoints, tinymodel
 
     store = Store(tmp_path / "campflow.duckdb")
-    tinymodel.build_tiny_model(tmp_path / "base", TinyModelConfig(**fixed_chats.TINY), ["fixed"],
-                               texts=fixed_chats.corpus(tinymodel.chat_template()))
+    tinymodel.build_tiny_model(
+        tmp_path / "base",
+        TinyModelConfig(**fixed_chats.TINY),
+        ["fixed"],
+        texts=fixed_chats.corpus(tinymodel.chat_template()),
+    )
     checkpoints.register(store, "base-fixed", "base", tmp_path / "base")
     fixed_chats.save_sft_dataset(store, tmp_path / "ds")
     return tmp_path
@@ -33,8 +37,26 @@ def _launch(launcher: list[str], ws: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PREFECT_HOME": str(ws / "prefect"), "CAMPFLOW__WORKSPACE__PATH": str(ws), "COLUMNS": "200"}
     for leftover in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_CPU"):
         env.pop(leftover, None)
-    return subprocess.run([*launcher, "-m", "campflow.cli", "train", "sft", "--from", "base-fixed", "--dataset",
-                           "sft-fixed", "--steps", "2"], cwd=ws, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            *launcher,
+            "-m",
+            "campflow.cli",
+            "train",
+            "sft",
+            "--from",
+            "base-fixed",
+            "--dataset",
+            "sft-fixed",
+            "--steps",
+            "2",
+        ],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _sft_rows(ws: Path) -> list[dict]:
@@ -76,8 +98,13 @@ def test_grpos_scale_options_pass_from_the_config_to_trl_and_are_off_by_default(
     assert (default.use_vllm, default.gradient_accumulation_steps) == (False, 1)
     assert default.per_device_train_batch_size == 8 * 4  # num_generations x prompts_per_step
     scale = load_config(Path(__file__).resolve().parent.parent / "configs" / "scale.yaml", env={}).training.rl
-    server = scale.model_copy(update={"vllm_mode": "server", "vllm_server_base_url": "http://vllm-trl:8000",
-                                      "vllm_gpu_memory_utilization": 0.5})
+    server = scale.model_copy(
+        update={
+            "vllm_mode": "server",
+            "vllm_server_base_url": "http://vllm-trl:8000",
+            "vllm_gpu_memory_utilization": 0.5,
+        }
+    )
     args = grpo_arguments(server, cpu, tmp_path, run_name="rl-abc")
     assert (args.use_vllm, args.vllm_mode, args.vllm_server_base_url) == (True, "server", "http://vllm-trl:8000")
     assert (args.vllm_gpu_memory_utilization, args.gradient_accumulation_steps) == (0.5, 2)

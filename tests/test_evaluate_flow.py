@@ -17,14 +17,22 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
 def _script(n: int, as_text: bool = False) -> OracleScript:
-    return OracleScript([i for b in ("calculator", "maze") for i in eval_instances(registry.make(b), n)],
-                        as_text=as_text)
+    return OracleScript(
+        [i for b in ("calculator", "maze") for i in eval_instances(registry.make(b), n)], as_text=as_text
+    )
 
 
 def _config(workspace, url: str, **extra):
-    overrides = {"workspace.path": str(workspace), "policy.kind": "openai", "policy.model": "scripted",
-                 "policy.base_url": url, "eval.bootcamps": ["calculator", "maze"], "eval.n": 50,
-                 "rollout.concurrency": 16, "rollout.shard_size": 25}
+    overrides = {
+        "workspace.path": str(workspace),
+        "policy.kind": "openai",
+        "policy.model": "scripted",
+        "policy.base_url": url,
+        "eval.bootcamps": ["calculator", "maze"],
+        "eval.n": 50,
+        "rollout.concurrency": 16,
+        "rollout.shard_size": 25,
+    }
     overrides.update(extra)
     return load_config(None, overrides)
 
@@ -35,8 +43,11 @@ def test_a_hundred_episodes_through_the_openai_client_land_in_the_store(workspac
         requests, headers = server.requests, {k.lower(): v for k, v in server.last_headers.items()}
     # what the endpoint sees: JSON with the key; the SDK's platform telemetry headers are left out
     assert headers["content-type"] == "application/json" and headers["authorization"].startswith("Bearer ")
-    assert not [h for h in headers if h.startswith("x-stainless-") and h not in
-                ("x-stainless-retry-count", "x-stainless-read-timeout")], headers
+    assert not [
+        h
+        for h in headers
+        if h.startswith("x-stainless-") and h not in ("x-stainless-retry-count", "x-stainless-read-timeout")
+    ], headers
     store = Store(workspace / "campflow.duckdb")
     rows = store.query("SELECT termination, transcript, turns FROM episodes WHERE run_id = 'healthy'")
     assert len(rows) == 100 and summary.ran == 100
@@ -79,8 +90,7 @@ def test_faults_end_every_episode_and_a_rerun_completes_only_what_is_missing(wor
 
 
 def test_a_bad_endpoint_url_gives_infra_errors_not_a_crash(workspace) -> None:
-    cfg = _config(workspace, "http://127.0.0.1:9/v1", **{"eval.n": 3, "policy.timeout": 0.5,
-                                                          "policy.max_retries": 0})
+    cfg = _config(workspace, "http://127.0.0.1:9/v1", **{"eval.n": 3, "policy.timeout": 0.5, "policy.max_retries": 0})
     summary = evaluate(cfg, run_id="unreachable")
     assert summary.terminations == {"infra_error": 6}
     errors = Store(workspace / "campflow.duckdb").query("SELECT DISTINCT error FROM episodes")
@@ -88,8 +98,17 @@ def test_a_bad_endpoint_url_gives_infra_errors_not_a_crash(workspace) -> None:
 
 
 def test_a_noisy_oracle_evaluation_over_all_ten_bootcamps_fills_pass_rates(workspace) -> None:
-    cfg = load_config(None, {"workspace.path": str(workspace), "policy.kind": "noisy", "eval.bootcamps": ["all"],
-                             "eval.n": 4, "rollout.shard_size": 8}, env={})
+    cfg = load_config(
+        None,
+        {
+            "workspace.path": str(workspace),
+            "policy.kind": "noisy",
+            "eval.bootcamps": ["all"],
+            "eval.n": 4,
+            "rollout.shard_size": 8,
+        },
+        env={},
+    )
     cfg.eval.bootcamps = registry.parse_names(cfg.eval.bootcamps)
     summary = evaluate(cfg, run_id="all-ten")
     builtin = [e.name for e in registry.entries() if e.origin == "builtin"]
@@ -98,7 +117,11 @@ def test_a_noisy_oracle_evaluation_over_all_ten_bootcamps_fills_pass_rates(works
     rows = store.query("SELECT bootcamp, episodes FROM pass_rates WHERE run_id = 'all-ten'")
     assert {r["bootcamp"] for r in rows} == set(builtin)
     assert all(r["episodes"] == 4 for r in rows)
-    modalities = {r["bootcamp"]: r["n"] for r in store.query(
-        "SELECT bootcamp, count(*) AS n FROM episodes WHERE transcript LIKE '%data:image/png;base64,%' "
-        "GROUP BY bootcamp")}
+    modalities = {
+        r["bootcamp"]: r["n"]
+        for r in store.query(
+            "SELECT bootcamp, count(*) AS n FROM episodes WHERE transcript LIKE '%data:image/png;base64,%' "
+            "GROUP BY bootcamp"
+        )
+    }
     assert set(modalities) == {"gridworld", "chart", "gui"}

@@ -46,10 +46,18 @@ def fingerprints() -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     policies = (  # label, policy, samples, settings: between them every termination but the two infra ones
         ("oracle", OraclePolicy(), 1, RolloutSettings()),
-        ("noisy", NoisyOraclePolicy(p_wrong_move=0.3, p_malformed=0.2, p_wrong_answer=0.3, seed=5), NOISY_SAMPLES,
-         RolloutSettings()),
-        ("garbled", NoisyOraclePolicy(p_wrong_move=0.0, p_malformed=0.8, p_wrong_answer=0.0, seed=7), 1,
-         RolloutSettings()),
+        (
+            "noisy",
+            NoisyOraclePolicy(p_wrong_move=0.3, p_malformed=0.2, p_wrong_answer=0.3, seed=5),
+            NOISY_SAMPLES,
+            RolloutSettings(),
+        ),
+        (
+            "garbled",
+            NoisyOraclePolicy(p_wrong_move=0.0, p_malformed=0.8, p_wrong_answer=0.0, seed=7),
+            1,
+            RolloutSettings(),
+        ),
         ("budget", OraclePolicy(), 1, RolloutSettings(max_context_tokens=600)),
     )
     for name in BOOTCAMPS:
@@ -63,12 +71,26 @@ def fingerprints() -> dict[str, dict[str, str]]:
                 out[f"{name}:{i.level}:{i.seed}:{label}:{spec.sample}"] = {
                     "instance_id": i.id,
                     "episode_id": e.id,
-                    "instance": _digest([i.version, i.params.model_dump(mode="json"), i.data, b.prompt(i),
-                                         b.tool_schemas(i)]),
+                    "instance": _digest(
+                        [i.version, i.params.model_dump(mode="json"), i.data, b.prompt(i), b.tool_schemas(i)]
+                    ),
                     "transcript": _digest(e.transcript_json()),
-                    "outcome": _digest([e.model_id, e.reward, e.success, str(e.termination), e.turns, e.tool_calls,
-                                        e.invalid_calls, e.prompt_tokens, e.completion_tokens, e.details,
-                                        e.error, e.level]),
+                    "outcome": _digest(
+                        [
+                            e.model_id,
+                            e.reward,
+                            e.success,
+                            str(e.termination),
+                            e.turns,
+                            e.tool_calls,
+                            e.invalid_calls,
+                            e.prompt_tokens,
+                            e.completion_tokens,
+                            e.details,
+                            e.error,
+                            e.level,
+                        ]
+                    ),
                     "template": _digest(to_json_bytes(template_messages(e.transcript, strict=False))),
                 }
     return out
@@ -78,8 +100,9 @@ def test_a_fixed_evaluation_keeps_its_instance_ids_episode_ids_and_transcripts()
     reference = json.loads(REFERENCE.read_text())
     now = fingerprints()
     assert now.keys() == reference.keys()
-    changed = [f"{key}: {part}" for key, parts in reference.items() for part, value in parts.items()
-               if now[key][part] != value]
+    changed = [
+        f"{key}: {part}" for key, parts in reference.items() for part, value in parts.items() if now[key][part] != value
+    ]
     assert not changed, f"{len(changed)} parts changed, first: {changed[:8]}"
 
 

@@ -73,10 +73,13 @@ class Fragile(Calculator):
         return "No tool call in: " + content.encode("ascii").decode()
 
 
-SLOW_SQL = ("SELECT sum(length(upper(replace(replace(replace('aaaaa' || a.order_id, 'a', 'aaaaa'), 'a', 'aaaaa'), "
-            "'a', 'aaa')))) FROM order_items a, order_items b, order_items c, order_items d")
-LONG_VALUE_SQL = ("SELECT length(replace(replace(replace('aaaaaaaaaa', 'a', 'aaaaaaaaaa'), 'a', 'aaaaaaaaaa'), "
-                  "'a', 'aa'))")
+SLOW_SQL = (
+    "SELECT sum(length(upper(replace(replace(replace('aaaaa' || a.order_id, 'a', 'aaaaa'), 'a', 'aaaaa'), "
+    "'a', 'aaa')))) FROM order_items a, order_items b, order_items c, order_items d"
+)
+LONG_VALUE_SQL = (
+    "SELECT length(replace(replace(replace('aaaaaaaaaa', 'a', 'aaaaaaaaaa'), 'a', 'aaaaaaaaaa'), 'a', 'aa'))"
+)
 DEEP_FOLDER = "d1/d2/d3/d4/d5/d6/d7/d8"
 LONG_FOLDER = "/".join(c * 60 for c in "wxyz")  # 243 characters, as mkdir allows
 
@@ -100,74 +103,175 @@ class Case:
 THRICE = 3  # RolloutSettings.max_consecutive_errors: three unusable turns in a row end the episode
 CASES = [
     # -- item 2: output Python's JSON cannot hold is the model's invalid call, caught at both parse sites
-    Case("deep_json_in_a_text_call", "calculator",
-         [PolicyReply(content=text_call(f'{{"name": "calculate", "arguments": {{"expression": {DEEP}}}}}'))] * THRICE,
-         Termination.INVALID_TOOL_CALL, "<tool_call> body is not valid JSON (nested too deeply)"),
-    Case("deep_json_in_native_arguments", "calculator",
-         [PolicyReply(tool_calls=[native("calculate", f'{{"expression": {DEEP}}}')])] * THRICE,
-         Termination.INVALID_TOOL_CALL, "arguments of calculate are not valid JSON (nested too deeply)"),
-    Case("deep_object_as_native_arguments", "calculator",
-         [PolicyReply(tool_calls=[native("calculate", {"expression": nested(5000)})])] * THRICE,
-         Termination.INVALID_TOOL_CALL, "arguments of calculate cannot be read: they are nested too deeply"),
-    Case("long_integer_in_a_text_call", "calculator",
-         [PolicyReply(content=text_call(f'{{"name": "calculate", "arguments": {{"expression": {LONG_INT}}}}}'))]
-         * THRICE,
-         Termination.INVALID_TOOL_CALL, "not valid JSON (a number has more than 4300 digits)"),
-    Case("long_integer_in_native_arguments", "calculator",
-         [PolicyReply(tool_calls=[native("calculate", f'{{"expression": {LONG_INT}}}')])] * THRICE,
-         Termination.INVALID_TOOL_CALL,
-         "arguments of calculate are not valid JSON (a number has more than 4300 digits)"),
-    Case("long_integer_object_as_native_arguments", "calculator",
-         [PolicyReply(tool_calls=[native("calculate", {"expression": 10 ** 5000})])] * THRICE,
-         Termination.INVALID_TOOL_CALL, "cannot be read: a number has more than 4300 digits"),
-    Case("lone_surrogate_reaching_the_sql_tool", "sql",
-         [PolicyReply(tool_calls=[native("query", '{"sql": "SELECT \'\\ud800\'"}')])],
-         Termination.SOLVED, "query holds a lone surrogate ('\\ud800') at position 8, which is not valid Unicode"),
+    Case(
+        "deep_json_in_a_text_call",
+        "calculator",
+        [PolicyReply(content=text_call(f'{{"name": "calculate", "arguments": {{"expression": {DEEP}}}}}'))] * THRICE,
+        Termination.INVALID_TOOL_CALL,
+        "<tool_call> body is not valid JSON (nested too deeply)",
+    ),
+    Case(
+        "deep_json_in_native_arguments",
+        "calculator",
+        [PolicyReply(tool_calls=[native("calculate", f'{{"expression": {DEEP}}}')])] * THRICE,
+        Termination.INVALID_TOOL_CALL,
+        "arguments of calculate are not valid JSON (nested too deeply)",
+    ),
+    Case(
+        "deep_object_as_native_arguments",
+        "calculator",
+        [PolicyReply(tool_calls=[native("calculate", {"expression": nested(5000)})])] * THRICE,
+        Termination.INVALID_TOOL_CALL,
+        "arguments of calculate cannot be read: they are nested too deeply",
+    ),
+    Case(
+        "long_integer_in_a_text_call",
+        "calculator",
+        [PolicyReply(content=text_call(f'{{"name": "calculate", "arguments": {{"expression": {LONG_INT}}}}}'))]
+        * THRICE,
+        Termination.INVALID_TOOL_CALL,
+        "not valid JSON (a number has more than 4300 digits)",
+    ),
+    Case(
+        "long_integer_in_native_arguments",
+        "calculator",
+        [PolicyReply(tool_calls=[native("calculate", f'{{"expression": {LONG_INT}}}')])] * THRICE,
+        Termination.INVALID_TOOL_CALL,
+        "arguments of calculate are not valid JSON (a number has more than 4300 digits)",
+    ),
+    Case(
+        "long_integer_object_as_native_arguments",
+        "calculator",
+        [PolicyReply(tool_calls=[native("calculate", {"expression": 10**5000})])] * THRICE,
+        Termination.INVALID_TOOL_CALL,
+        "cannot be read: a number has more than 4300 digits",
+    ),
+    Case(
+        "lone_surrogate_reaching_the_sql_tool",
+        "sql",
+        [PolicyReply(tool_calls=[native("query", '{"sql": "SELECT \'\\ud800\'"}')])],
+        Termination.SOLVED,
+        "query holds a lone surrogate ('\\ud800') at position 8, which is not valid Unicode",
+    ),
     # -- item 2: the last line of defence, for bootcamp code that a reply reaches
-    Case("a_tool_that_raises_on_the_models_arguments", "fragile", [says("peek", {"key": "tau"})],
-         Termination.INVALID_TOOL_CALL, "tool peek raised on the model's arguments: KeyError: 'tau'"),
-    Case("a_note_on_prose_that_raises_on_the_models_text", "fragile", [PolicyReply(content="voilà")],
-         Termination.FORMAT_ERROR, "the reply could not be handled: UnicodeEncodeError"),
+    Case(
+        "a_tool_that_raises_on_the_models_arguments",
+        "fragile",
+        [says("peek", {"key": "tau"})],
+        Termination.INVALID_TOOL_CALL,
+        "tool peek raised on the model's arguments: KeyError: 'tau'",
+    ),
+    Case(
+        "a_note_on_prose_that_raises_on_the_models_text",
+        "fragile",
+        [PolicyReply(content="voilà")],
+        Termination.FORMAT_ERROR,
+        "the reply could not be handled: UnicodeEncodeError",
+    ),
     # -- item 5: limits that hold
-    Case("a_megabyte_of_arguments_in_one_native_call", "calculator",
-         [says("calculate", {"expression": "1+" * 500_000 + "1"})] * THRICE,
-         Termination.FORMAT_ERROR, "the reply has 1000030 characters; at most 32000 are read"),
-    Case("a_megabyte_of_arguments_beside_some_text", "calculator",
-         [PolicyReply(content="adding",
-                      tool_calls=[native("calculate", json.dumps({"expression": "1+" * 500_000 + "1"}))])] * THRICE,
-         Termination.FORMAT_ERROR, "the reply has 1000036 characters; at most 32000 are read"),
+    Case(
+        "a_megabyte_of_arguments_in_one_native_call",
+        "calculator",
+        [says("calculate", {"expression": "1+" * 500_000 + "1"})] * THRICE,
+        Termination.FORMAT_ERROR,
+        "the reply has 1000030 characters; at most 32000 are read",
+    ),
+    Case(
+        "a_megabyte_of_arguments_beside_some_text",
+        "calculator",
+        [
+            PolicyReply(
+                content="adding", tool_calls=[native("calculate", json.dumps({"expression": "1+" * 500_000 + "1"}))]
+            )
+        ]
+        * THRICE,
+        Termination.FORMAT_ERROR,
+        "the reply has 1000036 characters; at most 32000 are read",
+    ),
     # a long thought is not malformed output (its token budget bounds it): the call runs, the
     # transcript keeps the reasoning cut to the limit
-    Case("a_megabyte_of_reasoning", "calculator",
-         [PolicyReply(reasoning="hmm " * 250_000, tool_calls=[native("calculate", '{"expression": "1+1"}')])],
-         Termination.SOLVED, "2"),
-    Case("fifty_thousand_unclosed_tool_call_tags", "calculator",
-         [PolicyReply(content=text_call('{"name": "calculate", "arguments": {"expression": "2+2"}}')
-                      + "<tool_call>" * 50_000)],
-         Termination.SOLVED, "Error: a <tool_call> was not closed; it was ignored\n4",
-         RolloutSettings(max_reply_chars=1_000_000)),
-    Case("an_sql_query_past_the_step_budget", "sql", [says("query", {"sql": SLOW_SQL})],
-         Termination.SOLVED, "query stopped after 1,000,000 steps, the limit"),
-    Case("an_sql_value_past_the_length_limit", "sql", [says("query", {"sql": LONG_VALUE_SQL})],
-         Termination.SOLVED, "a value grew past 500 characters, the limit"),
-    Case("an_sql_comment_then_a_long_run_of_whitespace", "sql", [says("query", {"sql": "/**/" + " \t" * 40 + "1"})],
-         Termination.SOLVED, "query refused"),
+    Case(
+        "a_megabyte_of_reasoning",
+        "calculator",
+        [PolicyReply(reasoning="hmm " * 250_000, tool_calls=[native("calculate", '{"expression": "1+1"}')])],
+        Termination.SOLVED,
+        "2",
+    ),
+    Case(
+        "fifty_thousand_unclosed_tool_call_tags",
+        "calculator",
+        [
+            PolicyReply(
+                content=text_call('{"name": "calculate", "arguments": {"expression": "2+2"}}') + "<tool_call>" * 50_000
+            )
+        ],
+        Termination.SOLVED,
+        "Error: a <tool_call> was not closed; it was ignored\n4",
+        RolloutSettings(max_reply_chars=1_000_000),
+    ),
+    Case(
+        "an_sql_query_past_the_step_budget",
+        "sql",
+        [says("query", {"sql": SLOW_SQL})],
+        Termination.SOLVED,
+        "query stopped after 1,000,000 steps, the limit",
+    ),
+    Case(
+        "an_sql_value_past_the_length_limit",
+        "sql",
+        [says("query", {"sql": LONG_VALUE_SQL})],
+        Termination.SOLVED,
+        "a value grew past 500 characters, the limit",
+    ),
+    Case(
+        "an_sql_comment_then_a_long_run_of_whitespace",
+        "sql",
+        [says("query", {"sql": "/**/" + " \t" * 40 + "1"})],
+        Termination.SOLVED,
+        "query refused",
+    ),
     # -- item 7: mv obeys mkdir's limits; names match in full
-    Case("mv_a_file_into_a_folder_eight_deep", "filesystem",
-         [says("mkdir", {"path": DEEP_FOLDER}), says("write", {"path": "zz.keep", "content": "x"}),
-          says("mv", {"source": "zz.keep", "destination": DEEP_FOLDER})],
-         Termination.SOLVED, "would make a path 9 folders deep; expected at most 8"),
-    Case("mv_a_file_into_a_folder_with_a_long_path", "filesystem",
-         [says("mkdir", {"path": LONG_FOLDER}), says("write", {"path": "a-rather-long-name.keep", "content": "x"}),
-          says("mv", {"source": "a-rather-long-name.keep", "destination": LONG_FOLDER})],
-         Termination.SOLVED, "would make a path 267 characters long; expected at most 256"),
-    Case("mv_a_folder_whose_files_would_get_too_long_a_path", "filesystem",
-         [says("mkdir", {"path": LONG_FOLDER}), says("mkdir", {"path": "pack"}),
-          says("write", {"path": "pack/a-rather-long-name.keep", "content": "x"}),
-          says("mv", {"source": "pack", "destination": LONG_FOLDER})],
-         Termination.SOLVED, "would make a path 272 characters long; expected at most 256"),
-    Case("a_folder_name_ending_in_a_newline", "filesystem", [says("mkdir", {"path": "inbox\n/fake.txt"})],
-         Termination.SOLVED, "has a bad name 'inbox\\n'"),
+    Case(
+        "mv_a_file_into_a_folder_eight_deep",
+        "filesystem",
+        [
+            says("mkdir", {"path": DEEP_FOLDER}),
+            says("write", {"path": "zz.keep", "content": "x"}),
+            says("mv", {"source": "zz.keep", "destination": DEEP_FOLDER}),
+        ],
+        Termination.SOLVED,
+        "would make a path 9 folders deep; expected at most 8",
+    ),
+    Case(
+        "mv_a_file_into_a_folder_with_a_long_path",
+        "filesystem",
+        [
+            says("mkdir", {"path": LONG_FOLDER}),
+            says("write", {"path": "a-rather-long-name.keep", "content": "x"}),
+            says("mv", {"source": "a-rather-long-name.keep", "destination": LONG_FOLDER}),
+        ],
+        Termination.SOLVED,
+        "would make a path 267 characters long; expected at most 256",
+    ),
+    Case(
+        "mv_a_folder_whose_files_would_get_too_long_a_path",
+        "filesystem",
+        [
+            says("mkdir", {"path": LONG_FOLDER}),
+            says("mkdir", {"path": "pack"}),
+            says("write", {"path": "pack/a-rather-long-name.keep", "content": "x"}),
+            says("mv", {"source": "pack", "destination": LONG_FOLDER}),
+        ],
+        Termination.SOLVED,
+        "would make a path 272 characters long; expected at most 256",
+    ),
+    Case(
+        "a_folder_name_ending_in_a_newline",
+        "filesystem",
+        [says("mkdir", {"path": "inbox\n/fake.txt"})],
+        Termination.SOLVED,
+        "has a bad name 'inbox\\n'",
+    ),
 ]
 
 
@@ -203,7 +307,7 @@ def _answer_to_reply(transcript: list[dict[str, Any]], k: int) -> str:
     """What the environment said after the ``k``-th assistant message (0-based)."""
     starts = [i for i, m in enumerate(transcript) if m["role"] == "assistant"]
     end = starts[k + 1] if k + 1 < len(starts) else len(transcript)
-    return "\n".join(str(m.get("content")) for m in transcript[starts[k] + 1: end])
+    return "\n".join(str(m.get("content")) for m in transcript[starts[k] + 1 : end])
 
 
 def _check(case: Case, episode: Episode) -> None:
@@ -238,12 +342,13 @@ def test_a_batch_of_every_hostile_input_comes_back_whole_and_is_stored(store) ->
     specs = [_spec(c, i) for i, c in enumerate(cases)]
     calc = registry.make("calculator")
     specs += [EpisodeSpec(calc, calc.generate(1, seed), len(cases) + k) for k, seed in enumerate(range(5))]
-    episodes = asyncio.run(run_episodes(specs, Scripted([c.replies for c in cases] + [[]] * 5),
-                                        run_id="hostile", concurrency=8))
+    episodes = asyncio.run(
+        run_episodes(specs, Scripted([c.replies for c in cases] + [[]] * 5), run_id="hostile", concurrency=8)
+    )
     assert len(episodes) == len(specs)
     for case, episode in zip(cases, episodes):
         _check(case, episode)
-    assert all(e.termination == Termination.SOLVED for e in episodes[len(cases):])
+    assert all(e.termination == Termination.SOLVED for e in episodes[len(cases) :])
     store.write_episodes([e.freeze() for e in episodes])
     rows = store.query("SELECT sample_index, termination FROM episodes WHERE run_id = 'hostile' ORDER BY sample_index")
     assert [(r["sample_index"], r["termination"]) for r in rows] == [(e.sample, e.termination.value) for e in episodes]
@@ -310,18 +415,28 @@ def test_an_episode_whose_setup_fails_ends_alone_and_the_rest_of_its_shard_is_st
 
     registry.register("setupfails", SetupFails, origin="test")
     try:
-        cfg = load_config(None, {"workspace.path": str(workspace), "policy.kind": "oracle", "eval.n": 10,
-                                 "eval.bootcamps": ["setupfails", "calculator"], "rollout.shard_size": 25})
+        cfg = load_config(
+            None,
+            {
+                "workspace.path": str(workspace),
+                "policy.kind": "oracle",
+                "eval.n": 10,
+                "eval.bootcamps": ["setupfails", "calculator"],
+                "rollout.shard_size": 25,
+            },
+        )
         summary = evaluate(cfg, run_id="setup")
     finally:
         registry.unregister("setupfails")
     rows = Store(workspace / "campflow.duckdb").query(
         "SELECT e.bootcamp, e.termination, e.error, i.seed FROM episodes e JOIN instances i USING (instance_id) "
-        "WHERE e.run_id = 'setup'")
+        "WHERE e.run_id = 'setup'"
+    )
     assert len(rows) == 20 and summary.ran == 20  # one shard of 20: the failures did not take it down
     broken = [r for r in rows if r["bootcamp"] == "setupfails" and r["seed"] % 5 == 0]
     assert broken and {(r["termination"], r["error"]) for r in broken} == {
-        ("infra_error", "episode setup failed: IndexError: list index out of range")}
+        ("infra_error", "episode setup failed: IndexError: list index out of range")
+    }
     assert {r["termination"] for r in rows if r not in broken} == {"solved"}
 
 
@@ -352,19 +467,23 @@ def test_a_models_text_tool_calls_come_back_to_it_rendered_as_native_calls_are()
     spec = EpisodeSpec(calc, calc.generate(2, 11))
     calls = [("calculate", {"expression": "2+3"}), ("calculate", {"expression": "5*4"}), ("submit", {"answer": 20})]
     as_text = Recording([PolicyReply(content=text_call(json.dumps({"name": n, "arguments": a}))) for n, a in calls])
-    as_native = Recording([PolicyReply(tool_calls=[native(n, json.dumps(a), f"call_{t}_0")])
-                           for t, (n, a) in enumerate(calls)])
+    as_native = Recording(
+        [PolicyReply(tool_calls=[native(n, json.dumps(a), f"call_{t}_0")]) for t, (n, a) in enumerate(calls)]
+    )
     episodes = [asyncio.run(run_episode(spec, policy)) for policy in (as_text, as_native)]
 
     def render(messages: list[dict[str, Any]]) -> str:
-        return tokenizer.apply_chat_template(template_messages(messages, strict=False),
-                                             tools=calc.tool_schemas(spec.instance), add_generation_prompt=True,
-                                             tokenize=False)
+        return tokenizer.apply_chat_template(
+            template_messages(messages, strict=False),
+            tools=calc.tool_schemas(spec.instance),
+            add_generation_prompt=True,
+            tokenize=False,
+        )
 
     second, third = render(as_text.seen[1]), render(as_text.seen[2])
     assert second == render(as_native.seen[1]) and third == render(as_native.seen[2])
     assert third.count('{"name": "calculate", "arguments": {"expression": "2+3"}}') == 1
-    assert third.count("<tool_call>\n{\"name\": \"calculate\"") == 2
+    assert third.count('<tool_call>\n{"name": "calculate"') == 2
     assert template_messages(episodes[0].transcript) == template_messages(episodes[1].transcript)  # SFT rows
 
 

@@ -54,8 +54,10 @@ def filled(tmp_path_factory) -> Path:
 
 def _snapshot(folder: Path) -> dict[str, str]:
     """Every file and folder under ``folder``, files with a hash of their bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
-            for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 def _cli(cwd: Path, *args: str, env: dict[str, str] | None = None):
@@ -132,17 +134,28 @@ def test_sql_answers_queries_and_views_on_the_locked_connection(filled, sql, out
     assert _snapshot(filled) == before
 
 
-@pytest.mark.parametrize("sql", ["SHOW TABLES", "DESCRIBE episodes", "SUMMARIZE runs", "EXPLAIN SELECT 1",
-                                 *[f"SELECT * FROM {view}" for view in VIEWS]])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SHOW TABLES",
+        "DESCRIBE episodes",
+        "SUMMARIZE runs",
+        "EXPLAIN SELECT 1",
+        *[f"SELECT * FROM {view}" for view in VIEWS],
+    ],
+)
 def test_every_view_and_inspection_statement_reads_through_the_locked_connection(filled, sql) -> None:
     result = run_sql(filled / STORE, sql)
     assert result.columns
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["sql", "SELECT 1", "--limit", "-1"], "--limit -1: expected 0 (all rows) or a positive number of rows"),
-    (["runs", "--limit", "0"], "--limit 0: expected a positive number of runs"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sql", "SELECT 1", "--limit", "-1"], "--limit -1: expected 0 (all rows) or a positive number of rows"),
+        (["runs", "--limit", "0"], "--limit 0: expected a positive number of runs"),
+    ],
+)
 def test_a_negative_limit_is_one_line_not_a_driver_error(filled, args, message) -> None:
     before = _snapshot(filled)
     _assert_one_line_error(_cli(filled, *args, "--db", STORE), 2, message)
@@ -151,12 +164,16 @@ def test_a_negative_limit_is_one_line_not_a_driver_error(filled, args, message) 
 
 # -- configs -------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("config", "env", "message"), [
-    ("folder", {}, "config file folder is a directory; expected a YAML file"),
-    ("latin1.yaml", {}, "latin1.yaml: not UTF-8 text (byte 20: b'\\xe9')"),
-    (None, {"CAMPFLOW__ROLLOUT__CONCURRENCY": "[1,"}, "$CAMPFLOW__ROLLOUT__CONCURRENCY = '[1,': not valid YAML"),
-    (None, {"CAMPFLOW__EVAL__BOOTCAMPS": "{a: [b"}, "$CAMPFLOW__EVAL__BOOTCAMPS = '{a: [b': not valid YAML"),
-])
+
+@pytest.mark.parametrize(
+    ("config", "env", "message"),
+    [
+        ("folder", {}, "config file folder is a directory; expected a YAML file"),
+        ("latin1.yaml", {}, "latin1.yaml: not UTF-8 text (byte 20: b'\\xe9')"),
+        (None, {"CAMPFLOW__ROLLOUT__CONCURRENCY": "[1,"}, "$CAMPFLOW__ROLLOUT__CONCURRENCY = '[1,': not valid YAML"),
+        (None, {"CAMPFLOW__EVAL__BOOTCAMPS": "{a: [b"}, "$CAMPFLOW__EVAL__BOOTCAMPS = '{a: [b': not valid YAML"),
+    ],
+)
 def test_a_config_that_cannot_be_read_is_one_line(filled, config, env, message) -> None:
     (filled / "folder").mkdir(exist_ok=True)
     (filled / "latin1.yaml").write_bytes(b"policy:\n  model: caf\xe9\n")
@@ -174,7 +191,7 @@ BAD_OPTIONS = [
     (["eval", "--bootcamps", " , "], "--bootcamps ' , ' names no bootcamp"),
     (["collect", "--bootcamps", ""], "--bootcamps '' names no bootcamp"),
     (["eval", "--run-id", ""], f"run id '': {ID_RULE}"),
-    (["eval", "--run-id", "it's"], f"run id \"it's\": {ID_RULE}"),
+    (["eval", "--run-id", "it's"], f'run id "it\'s": {ID_RULE}'),
     (["eval", "--run-id", 'say "hi"'], "run id 'say \"hi\"'"),
     (["eval", "--run-id", "two\nlines"], "run id 'two\\nlines'"),
     (["eval", "--run-id", "\x1b[31mred"], "run id '\\x1b[31mred'"),
@@ -200,8 +217,7 @@ def test_every_id_campflow_generates_is_a_valid_id() -> None:
     from campflow.storage.cycles import new_cycle_id
     from campflow.synthesis.pipeline import new_synthesis_run_id
 
-    for run_id in (new_run_id("eval"), new_run_id("collect"), new_run_id("evaluate_variants"),
-                   new_synthesis_run_id()):
+    for run_id in (new_run_id("eval"), new_run_id("collect"), new_run_id("evaluate_variants"), new_synthesis_run_id()):
         assert check_run_id(run_id) == run_id
     longest = check_cycle_id("c" * 100)
     for suffix in ("before", "after", "collect", "variants"):  # the run ids a cycle derives
@@ -211,10 +227,22 @@ def test_every_id_campflow_generates_is_a_valid_id() -> None:
 
 # -- function-calling rows -------------------------------------------------------------------------------------
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}, "doc": {"type": "object"}}, "required": ["city"]}}}
-GOOD = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
-        "expected_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "doc": {"type": "object"}},
+            "required": ["city"],
+        },
+    },
+}
+GOOD = {
+    "messages": [{"role": "user", "content": "Weather in Paris?"}],
+    "tools": [WEATHER],
+    "expected_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+}
 
 
 def _row(**changes) -> bytes:
@@ -235,26 +263,43 @@ def _nested(depth: int) -> dict:
 
 
 BAD_ROWS = [
-    ("properties-a-list", _row(tools__0__function__parameters__properties=["city"]),
-     "line 2: tool 'get_weather' has 'properties' that are a list"),
-    ("required-a-string", _row(tools__0__function__parameters__required="city"),
-     "line 2: tool 'get_weather' has 'required' that is not a list of parameter names"),
+    (
+        "properties-a-list",
+        _row(tools__0__function__parameters__properties=["city"]),
+        "line 2: tool 'get_weather' has 'properties' that are a list",
+    ),
+    (
+        "required-a-string",
+        _row(tools__0__function__parameters__required="city"),
+        "line 2: tool 'get_weather' has 'required' that is not a list of parameter names",
+    ),
     ("not-utf8", b'{"messages": [{"role": "user", "content": "caf\xe9"}]}', "line 2: not UTF-8 text (byte b'\\xe9')"),
-    ("5000-digit-integer", _row(order_sensitive=0)[:-1] + b', "n": ' + b"7" * 5000 + b"}",
-     "line 2: not valid JSON (Exceeds the limit (4300 digits) for integer string conversion"),
-    ("5000-digit-integer-in-json-text", _row(expected_calls__0__arguments='{"city": ' + "7" * 5000 + "}"),
-     "line 2: field 'arguments' is text but not JSON (Exceeds the limit (4300 digits)"),
+    (
+        "5000-digit-integer",
+        _row(order_sensitive=0)[:-1] + b', "n": ' + b"7" * 5000 + b"}",
+        "line 2: not valid JSON (Exceeds the limit (4300 digits) for integer string conversion",
+    ),
+    (
+        "5000-digit-integer-in-json-text",
+        _row(expected_calls__0__arguments='{"city": ' + "7" * 5000 + "}"),
+        "line 2: field 'arguments' is text but not JSON (Exceeds the limit (4300 digits)",
+    ),
     ("100k-deep", b"[" * 100_000 + b"]" * 100_000, "line 2: not valid JSON (nested too deeply)"),
-    ("100k-deep-in-json-text", _row(expected_calls__0__arguments="[" * 100_000 + "]" * 100_000),
-     "line 2: field 'arguments' is text but not JSON (nested too deeply)"),
-    ("300-deep-arguments", _row(expected_calls__0__arguments={"city": "Paris", "doc": _nested(300)}),
-     "line 2: nested more than 64 levels deep"),
+    (
+        "100k-deep-in-json-text",
+        _row(expected_calls__0__arguments="[" * 100_000 + "]" * 100_000),
+        "line 2: field 'arguments' is text but not JSON (nested too deeply)",
+    ),
+    (
+        "300-deep-arguments",
+        _row(expected_calls__0__arguments={"city": "Paris", "doc": _nested(300)}),
+        "line 2: nested more than 64 levels deep",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "line", "message"), BAD_ROWS, ids=[b[0] for b in BAD_ROWS])
-def test_function_calling_rows_that_cannot_be_read_are_one_line_naming_the_line(filled, name, line,
-                                                                                message) -> None:
+def test_function_calling_rows_that_cannot_be_read_are_one_line_naming_the_line(filled, name, line, message) -> None:
     source = filled / "tmp" / f"{name}.jsonl"
     source.write_bytes(json.dumps(GOOD).encode() + b"\n" + line + b"\n")
     before = _snapshot(filled)
@@ -266,6 +311,7 @@ def test_function_calling_rows_that_cannot_be_read_are_one_line_naming_the_line(
 
 # -- endpoints -------------------------------------------------------------------------------------------------
 
+
 def _free_port() -> int:
     with socket.socket() as s:  # bound, then closed: nothing listens there afterwards
         s.bind(("127.0.0.1", 0))
@@ -274,8 +320,22 @@ def _free_port() -> int:
 
 def test_a_dead_endpoint_is_cannot_reach_and_a_run_of_only_infra_errors_exits_non_zero(tmp_path) -> None:
     url = f"http://127.0.0.1:{_free_port()}/v1"
-    result = _cli(tmp_path, "eval", "--policy", "openai", "--base-url", url, "--model", "m", "-n", "2",
-                  "--bootcamps", "calculator", "--run-id", "dead")
+    result = _cli(
+        tmp_path,
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        "m",
+        "-n",
+        "2",
+        "--bootcamps",
+        "calculator",
+        "--run-id",
+        "dead",
+    )
     _assert_one_line_error(result, 1, "every episode of run dead (2) ended as infra_error, so nothing was measured")
     assert f"cannot reach endpoint {url} (model m): connection refused" in result.stderr
     errors = run_sql(tmp_path / "campflow-data" / STORE, "SELECT termination, error FROM episodes").rows
@@ -310,8 +370,12 @@ class ReaderAtRequest:
         with self.lock:
             self.requests += 1
             if self.requests == self.at:
-                self.reader = subprocess.Popen([sys.executable, "-c", READER, str(self.db)], stdin=subprocess.PIPE,
-                                               stdout=subprocess.PIPE, text=True)
+                self.reader = subprocess.Popen(
+                    [sys.executable, "-c", READER, str(self.db)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 self.saw = int(self.reader.stdout.readline())
         return self.script(request)
 
@@ -335,10 +399,22 @@ class LetGoOnNote(progress.Reporter):
 
 
 def _eval_config(workspace: Path, url: str, **extra):
-    return load_config(None, {"workspace.path": str(workspace), "policy.kind": "openai", "policy.model": "scripted",
-                              "policy.base_url": url, "eval.bootcamps": ["calculator", "maze"], "eval.n": 10,
-                              "rollout.concurrency": 4, "rollout.workers": 1, "rollout.shard_size": 2, **extra},
-                       env={})
+    return load_config(
+        None,
+        {
+            "workspace.path": str(workspace),
+            "policy.kind": "openai",
+            "policy.model": "scripted",
+            "policy.base_url": url,
+            "eval.bootcamps": ["calculator", "maze"],
+            "eval.n": 10,
+            "rollout.concurrency": 4,
+            "rollout.workers": 1,
+            "rollout.shard_size": 2,
+            **extra,
+        },
+        env={},
+    )
 
 
 def _oracle(n: int = 10) -> OracleScript:
@@ -397,19 +473,41 @@ def test_a_write_that_gives_up_marks_the_run_failed_and_a_rerun_completes_only_w
 
 # -- stopping --------------------------------------------------------------------------------------------------------
 
+
 def test_ctrl_c_mid_evaluation_says_where_it_stopped_and_the_rerun_completes_it(tmp_path) -> None:
     db = tmp_path / "campflow-data" / STORE
-    args = ["eval", "--policy", "openai", "--model", "scripted", "--bootcamps", "calculator,maze", "-n", "10",
-            "--concurrency", "2", "--run-id", "stopped"]
+    args = [
+        "eval",
+        "--policy",
+        "openai",
+        "--model",
+        "scripted",
+        "--bootcamps",
+        "calculator,maze",
+        "-n",
+        "10",
+        "--concurrency",
+        "2",
+        "--run-id",
+        "stopped",
+    ]
     env = {**os.environ, "COLUMNS": "200", "CAMPFLOW__ROLLOUT__SHARD_SIZE": "2", "CAMPFLOW__ROLLOUT__WORKERS": "1"}
     exe = str(Path(sys.executable).parent / "campflow")
     with ScriptedEndpoint(_oracle(), latency=0.2) as server:
         # its own process group, as a terminal's foreground job: Ctrl-C reaches Prefect's API server too
-        proc = subprocess.Popen([exe, *args, "--base-url", server.url], cwd=tmp_path, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            [exe, *args, "--base-url", server.url],
+            cwd=tmp_path,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
-            while proc.poll() is None and not (db.exists() and run_sql(db, "SELECT count(*) FROM episodes",
-                                                                       wait_s=30).rows[0][0]):
+            while proc.poll() is None and not (
+                db.exists() and run_sql(db, "SELECT count(*) FROM episodes", wait_s=30).rows[0][0]
+            ):
                 threading.Event().wait(0.2)
             os.killpg(proc.pid, signal.SIGINT)
             out, err = proc.communicate(timeout=120)
@@ -421,11 +519,17 @@ def test_ctrl_c_mid_evaluation_says_where_it_stopped_and_the_rerun_completes_it(
         assert proc.returncode == 130 and "Traceback" not in out + err, err[-3000:]
         assert err.splitlines() == [
             f"error: stopped by SIGINT: run stopped stopped with {stored} episode(s) stored; rerun the same "
-            "`campflow eval` with --run-id stopped to complete only what is missing"], err[-3000:]
+            "`campflow eval` with --run-id stopped to complete only what is missing"
+        ], err[-3000:]
         assert run_sql(db, "SELECT status, summary FROM runs").rows == [("failed", '{"error":"stopped by SIGINT"}')]
 
-        rerun = run_cli(*args, "--base-url", server.url, cwd=tmp_path,
-                        env={"CAMPFLOW__ROLLOUT__SHARD_SIZE": "2", "CAMPFLOW__ROLLOUT__WORKERS": "1"})
+        rerun = run_cli(
+            *args,
+            "--base-url",
+            server.url,
+            cwd=tmp_path,
+            env={"CAMPFLOW__ROLLOUT__SHARD_SIZE": "2", "CAMPFLOW__ROLLOUT__WORKERS": "1"},
+        )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"ran {20 - stored} episode(s), kept {stored} from before" in " ".join(rerun.stdout.split())
     assert run_sql(db, "SELECT count(*), count(DISTINCT (instance_id, sample_index)) FROM episodes").rows == [(20, 20)]

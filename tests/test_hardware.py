@@ -132,8 +132,7 @@ def test_the_table_covers_every_machine_device_and_precision() -> None:
 
 
 @pytest.mark.parametrize("machine, device, precision, expected", ROWS)
-def test_device_and_precision_resolve_to_the_trainer_arguments_and_dtype(machine, device, precision,
-                                                                         expected) -> None:
+def test_device_and_precision_resolve_to_the_trainer_arguments_and_dtype(machine, device, precision, expected) -> None:
     capability = MACHINES[machine]
     if expected.startswith("!"):
         with pytest.raises(HardwareError, match=expected[1:].strip().replace("(", r"\(").replace(")", r"\)")):
@@ -142,8 +141,11 @@ def test_device_and_precision_resolve_to_the_trainer_arguments_and_dtype(machine
     want_device, want_precision = expected.split()
     hw = resolve_hardware(device, precision, capability)
     assert (hw.device, hw.precision, hw.dtype) == (want_device, want_precision, DTYPES[want_precision])
-    assert hw.trainer_args == {"use_cpu": want_device == "cpu", "bf16": want_precision == "bf16",
-                               "fp16": want_precision == "fp16"}
+    assert hw.trainer_args == {
+        "use_cpu": want_device == "cpu",
+        "bf16": want_precision == "bf16",
+        "fp16": want_precision == "fp16",
+    }
 
 
 @pytest.mark.parametrize("device, precision", [("gpu", "auto"), ("cuda:x", "auto"), ("auto", "half"), ("", "fp32")])
@@ -152,8 +154,15 @@ def test_an_unknown_device_or_precision_is_one_line_naming_it(device: str, preci
         resolve_hardware(device, precision, Capability())
 
 
-@pytest.mark.parametrize("key, value", [("training.device", "gpu"), ("policy.device", "cuda:a"),
-                                        ("training.precision", "int8"), ("policy.precision", "half")])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("training.device", "gpu"),
+        ("policy.device", "cuda:a"),
+        ("training.precision", "int8"),
+        ("policy.precision", "half"),
+    ],
+)
 def test_the_config_refuses_a_bad_device_or_precision(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=key):
         load_config(None, {key: value}, env={})
@@ -187,8 +196,7 @@ def test_accelerate_launch_cpu_means_no_accelerator(monkeypatch) -> None:
 # models loaded in float32 with no device; the tokenizer corpus patched in as the fixed chats) on this
 # 2-core CPU with torch 2.13.0+cpu; the new code must give the same floats, bit for bit.
 REFERENCE_FINGERPRINT = "af82832614047df4"
-REFERENCE_LOSS_CURVE = [(1, 5.98313570022583), (2, 5.905789375305176), (3, 5.865253448486328),
-                        (4, 5.820337295532227)]
+REFERENCE_LOSS_CURVE = [(1, 5.98313570022583), (2, 5.905789375305176), (3, 5.865253448486328), (4, 5.820337295532227)]
 REFERENCE_TRAIN_LOSS = 5.89362895488739
 
 
@@ -198,20 +206,31 @@ def test_the_embedded_cpu_default_trains_bit_for_bit_as_before(tmp_path: Path) -
     from campflow.training.sft import train_sft
 
     store = Store(tmp_path / "campflow.duckdb")
-    built = tinymodel.build_tiny_model(tmp_path / "base", TinyModelConfig(**fixed_chats.TINY), ["fixed"],
-                                       texts=fixed_chats.corpus(tinymodel.chat_template()))
+    built = tinymodel.build_tiny_model(
+        tmp_path / "base",
+        TinyModelConfig(**fixed_chats.TINY),
+        ["fixed"],
+        texts=fixed_chats.corpus(tinymodel.chat_template()),
+    )
     assert built.fingerprint == REFERENCE_FINGERPRINT
     checkpoints.register(store, "base-fixed", "base", tmp_path / "base")
     dataset = fixed_chats.save_sft_dataset(store, tmp_path / "ds")
-    result = train_sft(store, tmp_path, "base-fixed", dataset, SFTConfig(max_steps=4, batch_size=4),
-                       hardware=resolve_hardware("auto", "auto", Capability()))
+    result = train_sft(
+        store,
+        tmp_path,
+        "base-fixed",
+        dataset,
+        SFTConfig(max_steps=4, batch_size=4),
+        hardware=resolve_hardware("auto", "auto", Capability()),
+    )
     assert [tuple(p) for p in result.metrics["loss_curve"]] == REFERENCE_LOSS_CURVE
     assert result.metrics["train_loss"] == REFERENCE_TRAIN_LOSS
     assert (result.metrics["device"], result.metrics["precision"]) == ("cpu", "fp32")
 
 
 def test_the_local_policy_loads_the_model_in_the_resolved_precision_and_refuses_what_the_machine_lacks(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     import asyncio
 
     import torch
@@ -219,8 +238,12 @@ def test_the_local_policy_loads_the_model_in_the_resolved_precision_and_refuses_
     from campflow.agents.local import LocalPolicy, load_model
     from campflow.training import tinymodel
 
-    tinymodel.build_tiny_model(tmp_path / "base", TinyModelConfig(**fixed_chats.TINY), ["fixed"],
-                               texts=fixed_chats.corpus(tinymodel.chat_template()))
+    tinymodel.build_tiny_model(
+        tmp_path / "base",
+        TinyModelConfig(**fixed_chats.TINY),
+        ["fixed"],
+        texts=fixed_chats.corpus(tinymodel.chat_template()),
+    )
     policy = LocalPolicy(tmp_path / "base", max_new_tokens=4, device="cpu", precision="bf16")
 
     async def turn() -> None:

@@ -32,7 +32,8 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     summary = improve(cfg, cycle_id="c1")
     db = cfg.workspace.db_path
     status, before, after, promoted, candidate, decision = _sql(
-        db, "SELECT status, before_value, after_value, promoted, candidate_model_id, decision FROM cycles")[0]
+        db, "SELECT status, before_value, after_value, promoted, candidate_model_id, decision FROM cycles"
+    )[0]
     assert status == "completed" and candidate == summary.candidate_id
     assert (before, after, promoted, decision) == (summary.before, summary.after, summary.promoted, summary.decision)
     assert decision.startswith("pass_rate ")
@@ -71,9 +72,14 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
 def _start(config: Path, *args: str, stderr: int = subprocess.STDOUT) -> subprocess.Popen:
     exe = Path(sys.executable).parent / "campflow"
     # its own process group, so a kill takes the Prefect API server it started along with it
-    return subprocess.Popen([str(exe), "improve", "--config", str(config), *args], stdout=subprocess.PIPE,
-                            stderr=stderr, text=True, env={**os.environ, "COLUMNS": "200"},
-                            start_new_session=True)
+    return subprocess.Popen(
+        [str(exe), "improve", "--config", str(config), *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        start_new_session=True,
+    )
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -94,10 +100,12 @@ def _wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 2
 
 
 def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resumes_without_duplicates(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     ws = tmp_path / "ws"
-    config = write_tiny_config(ws, eval__n=12, rollout__shard_size=2, rollout__concurrency=2,
-                               training__sft__max_steps=40)
+    config = write_tiny_config(
+        ws, eval__n=12, rollout__shard_size=2, rollout__concurrency=2, training__sft__max_steps=40
+    )
     db = ws / "campflow.duckdb"
 
     def evaluating() -> bool:
@@ -122,8 +130,10 @@ def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resu
     os.killpg(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in out + err, err[-3000:]
-    assert err.splitlines() == [f"error: stopped by SIGTERM: cycle k1 stopped during step 'sft' (5 of 11 steps "
-                                f"done); resume with `campflow improve --resume --config {config}`"], err[-3000:]
+    assert err.splitlines() == [
+        f"error: stopped by SIGTERM: cycle k1 stopped during step 'sft' (5 of 11 steps "
+        f"done); resume with `campflow improve --resume --config {config}`"
+    ], err[-3000:]
     step, state = _sql(db, "SELECT step, state FROM cycles")[0]
     assert step == "dataset" and json.loads(state)["error"] == "stopped by SIGTERM"
 
@@ -146,11 +156,16 @@ def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resu
         _sql(db, f"SELECT count(*) FROM {table}")
 
 
-def test_two_cycles_run_the_second_from_the_firsts_promoted_model_and_a_kill_in_the_second_resumes_it(
-        tmp_path) -> None:
+def test_two_cycles_run_the_second_from_the_firsts_promoted_model_and_a_kill_in_the_second_resumes_it(tmp_path) -> None:
     ws = tmp_path / "ws"
-    config = write_tiny_config(ws, rollout__shard_size=2, improve__rl=False, improve__curriculum_n=2,
-                               training__collect_n=4, training__sft__max_steps=4)
+    config = write_tiny_config(
+        ws,
+        rollout__shard_size=2,
+        improve__rl=False,
+        improve__curriculum_n=2,
+        training__collect_n=4,
+        training__sft__max_steps=4,
+    )
     db = ws / "campflow.duckdb"
 
     def second_evaluated() -> bool:
@@ -160,15 +175,19 @@ def test_two_cycles_run_the_second_from_the_firsts_promoted_model_and_a_kill_in_
     proc = _start(config, "--cycles", "2", "--cycle-id", "m")
     _wait_until(proc, second_evaluated, "the second cycle evaluated its starting model", timeout=400)
     _kill(proc)
-    assert _sql(db, "SELECT cycle_id, status FROM cycles ORDER BY cycle_id") == [("m-1", "completed"),
-                                                                                 ("m-2", "running")]
+    assert _sql(db, "SELECT cycle_id, status FROM cycles ORDER BY cycle_id") == [
+        ("m-1", "completed"),
+        ("m-2", "running"),
+    ]
     proc = _start(config, "--resume")
     out, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, out[-3000:]
     assert "cycle m-2" in out and "cycle m-1" not in out  # the resumed run finishes m-2 and nothing else
 
-    rows = _sql(db, "SELECT cycle_id, status, base_model_id, candidate_model_id, promoted, decision FROM cycles "
-                    "ORDER BY cycle_id")
+    rows = _sql(
+        db,
+        "SELECT cycle_id, status, base_model_id, candidate_model_id, promoted, decision FROM cycles ORDER BY cycle_id",
+    )
     assert [(r[0], r[1]) for r in rows] == [("m-1", "completed"), ("m-2", "completed")]
     (_, _, base1, cand1, promoted1, decision1), (_, _, base2, _, _, decision2) = rows
     assert base2 == (cand1 if promoted1 else base1), "the second cycle starts from the last promoted model"
@@ -205,8 +224,10 @@ def test_watch_starts_no_cycle_below_the_threshold_and_exactly_one_above(tmp_pat
     decision = watch_flow(cfg)  # the cycle's training reset the count
     assert decision.started is None and decision.new_failures == 0
     assert _sql(db, "SELECT count(*) FROM cycles") == [(1,)]
-    assert [r[1] is not None for r in _sql(db, "SELECT decided_at, started_cycle_id FROM watch_decisions "
-                                               "ORDER BY decided_at")] == [False, True, False]
+    assert [
+        r[1] is not None
+        for r in _sql(db, "SELECT decided_at, started_cycle_id FROM watch_decisions ORDER BY decided_at")
+    ] == [False, True, False]
 
 
 def test_report_command_writes_the_page_of_the_latest_cycle(tmp_path) -> None:

@@ -14,8 +14,7 @@ from campflow.bootcamps.calculator import Calculator
 from tests.conftest import REPO
 
 BOOTCAMPS = REPO / "campflow" / "bootcamps"
-PACKAGES = sorted(p.name for p in BOOTCAMPS.iterdir()
-                  if p.is_dir() and p.name not in ("adapters", "__pycache__"))
+PACKAGES = sorted(p.name for p in BOOTCAMPS.iterdir() if p.is_dir() and p.name not in ("adapters", "__pycache__"))
 SHARED = sorted(p.stem for p in BOOTCAMPS.glob("*.py") if p.stem != "__init__")
 
 
@@ -41,16 +40,22 @@ def test_a_bootcamps_helper_modules_are_imported_by_that_bootcamp_alone(name: st
     helpers = sorted(p.stem for p in (BOOTCAMPS / name).glob("*.py") if p.stem not in ("__init__", "bootcamp"))
     for helper in helpers:
         pattern = re.compile(rf"campflow\.bootcamps\.{name}\.{helper}\b")
-        users = [p.relative_to(REPO) for p in _sources("campflow", "benchmarks")
-                 if (BOOTCAMPS / name) not in p.parents and pattern.search(p.read_text())]
+        users = [
+            p.relative_to(REPO)
+            for p in _sources("campflow", "benchmarks")
+            if (BOOTCAMPS / name) not in p.parents and pattern.search(p.read_text())
+        ]
         assert users == [], f"{name}/{helper}.py is used outside its bootcamp; move what they share up a level"
 
 
 @pytest.mark.parametrize("module", SHARED)
 def test_modules_directly_in_bootcamps_define_no_bootcamp(module: str) -> None:
     mod = importlib.import_module(f"campflow.bootcamps.{module}")
-    defined = [v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, Bootcamp)
-               and v.__module__ == mod.__name__ and v is not Bootcamp]
+    defined = [
+        v
+        for v in vars(mod).values()
+        if isinstance(v, type) and issubclass(v, Bootcamp) and v.__module__ == mod.__name__ and v is not Bootcamp
+    ]
     assert defined == [], f"bootcamps/{module}.py defines a bootcamp; it belongs in a package of its own"
 
 
@@ -74,9 +79,10 @@ def test_the_registry_reads_each_modality_from_the_class_without_building_it() -
 
 
 def test_only_the_workspace_loads_recorded_imports() -> None:
-    calls = {p.relative_to(REPO).as_posix(): [line for line in p.read_text().splitlines()
-                                              if "register_recorded(" in line]
-             for p in _sources("campflow", "benchmarks")}
+    calls = {
+        p.relative_to(REPO).as_posix(): [line for line in p.read_text().splitlines() if "register_recorded(" in line]
+        for p in _sources("campflow", "benchmarks")
+    }
     calls = {path: lines for path, lines in calls.items() if lines}
     assert set(calls) == {"campflow/storage/imports.py", "campflow/storage/workspace.py"}
     assert [line.strip().split("(")[0] for line in calls["campflow/storage/imports.py"]] == ["def register_recorded"]
@@ -84,8 +90,10 @@ def test_only_the_workspace_loads_recorded_imports() -> None:
 
 def test_only_the_workspace_and_the_store_module_build_a_store() -> None:
     builds = re.compile(r"(?<![\w.])Store\(")
-    where = sorted(p.relative_to(REPO).as_posix() for p in _sources("campflow", "benchmarks")
-                   if builds.search(p.read_text()))
+    where = sorted(
+        p.relative_to(REPO).as_posix() for p in _sources("campflow", "benchmarks") if builds.search(p.read_text())
+    )
     assert set(where) <= {"campflow/storage/store.py", "campflow/storage/workspace.py"}, (
         "open the workspace (campflow.storage.workspace.Workspace) instead: it carries the store and the "
-        "resolver that finds imported bootcamps")
+        "resolver that finds imported bootcamps"
+    )

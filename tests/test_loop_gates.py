@@ -27,8 +27,9 @@ from campflow.synthesis.validate import (
 def _accepted_variant(store: Store) -> tuple[str, list[str], list[str]]:
     """Validate and record one calculator variant; returns its id, train instance ids and probe ids."""
     proposal = Proposal("calculator", "c1", "test", {"steps": 2, "max_operand": 40, "operations": "+-", "level": 1})
-    result = validate_proposals(store, [proposal], ValidationSettings(instances_per_variant=2, probes_per_variant=3,
-                                                                      calibration_samples=0))
+    result = validate_proposals(
+        store, [proposal], ValidationSettings(instances_per_variant=2, probes_per_variant=3, calibration_samples=0)
+    )
     record_verdicts(store, result.verdicts, "synth")
     (verdict,) = result.accepted
     return verdict.variant_id, [i.id for i in verdict.instances], [i.id for i in verdict.probes]
@@ -77,22 +78,52 @@ def _cmp(bootcamp: str | None, level: int | None, before: float, after: float, n
     return Comparison(bootcamp, level, n, before, n, after)
 
 
-@pytest.mark.parametrize("comparisons, before, after, promoted, says", [
-    ([_cmp(None, None, .3, .5), _cmp("calculator", None, .2, .6), _cmp("maze", None, .4, .4)], .3, .5, True,
-     "no bootcamp or level fell by more than improve.max_regression = 5%"),
-    ([_cmp(None, None, .3, .5), _cmp("calculator", None, .1, .9), _cmp("maze", None, .5, .1)], .3, .5, False,
-     "but maze 50.0% -> 10.0% (-40.0 ± 9.2 points) fell by more than improve.max_regression = 5%"),
-    ([_cmp(None, None, .3, .4), _cmp("maze", None, .3, .4), _cmp("maze", 2, .5, .3, n=20)], .3, .4, False,
-     "but maze level 2 50.0% -> 30.0%"),
-    ([_cmp(None, None, .3, .31), _cmp("maze", None, .3, .31)], .3, .31, False,
-     "not an improvement of at least improve.min_improvement = 0.05"),
-    ([_cmp(None, None, .3, .3)], .3, .3, False, "not an improvement"),
-])
+@pytest.mark.parametrize(
+    "comparisons, before, after, promoted, says",
+    [
+        (
+            [_cmp(None, None, 0.3, 0.5), _cmp("calculator", None, 0.2, 0.6), _cmp("maze", None, 0.4, 0.4)],
+            0.3,
+            0.5,
+            True,
+            "no bootcamp or level fell by more than improve.max_regression = 5%",
+        ),
+        (
+            [_cmp(None, None, 0.3, 0.5), _cmp("calculator", None, 0.1, 0.9), _cmp("maze", None, 0.5, 0.1)],
+            0.3,
+            0.5,
+            False,
+            "but maze 50.0% -> 10.0% (-40.0 ± 9.2 points) fell by more than improve.max_regression = 5%",
+        ),
+        (
+            [_cmp(None, None, 0.3, 0.4), _cmp("maze", None, 0.3, 0.4), _cmp("maze", 2, 0.5, 0.3, n=20)],
+            0.3,
+            0.4,
+            False,
+            "but maze level 2 50.0% -> 30.0%",
+        ),
+        (
+            [_cmp(None, None, 0.3, 0.31), _cmp("maze", None, 0.3, 0.31)],
+            0.3,
+            0.31,
+            False,
+            "not an improvement of at least improve.min_improvement = 0.05",
+        ),
+        ([_cmp(None, None, 0.3, 0.3)], 0.3, 0.3, False, "not an improvement"),
+    ],
+)
 def test_the_gate_promotes_only_a_gain_with_no_bootcamp_or_level_falling_past_the_bound(
-        comparisons, before, after, promoted, says) -> None:
+    comparisons, before, after, promoted, says
+) -> None:
     min_improvement = 0.05 if "0.05" in says else 0.0
-    decision = gate(comparisons, metric="pass_rate", before=before, after=after, min_improvement=min_improvement,
-                    max_regression=0.05)
+    decision = gate(
+        comparisons,
+        metric="pass_rate",
+        before=before,
+        after=after,
+        min_improvement=min_improvement,
+        max_regression=0.05,
+    )
     assert decision.promoted is promoted and says in decision.reason
 
 
@@ -104,22 +135,40 @@ def test_a_candidate_that_regresses_one_bootcamp_beyond_the_bound_is_not_promote
         specs = [EpisodeSpec(registry.make(i.bootcamp), i) for i in instances]
         store.write_episodes(asyncio.run(run_episodes(specs, OraclePolicy(), run_id=run)))
     # before: calculator half solved, maze all; after: calculator all, maze 7 of 10 (overall 25 -> 27 of 30)
-    store.query("UPDATE episodes SET success = false, termination = 'wrong_answer' WHERE run_id = 'before' "
-                "AND bootcamp = 'calculator' AND instance_id IN (SELECT instance_id FROM episodes WHERE "
-                "run_id = 'before' AND bootcamp = 'calculator' ORDER BY instance_id LIMIT 10)")
-    store.query("UPDATE episodes SET success = false, termination = 'wrong_answer' WHERE run_id = 'after' "
-                "AND bootcamp = 'maze' AND instance_id IN (SELECT instance_id FROM episodes WHERE "
-                "run_id = 'after' AND bootcamp = 'maze' ORDER BY instance_id LIMIT 3)")
+    store.query(
+        "UPDATE episodes SET success = false, termination = 'wrong_answer' WHERE run_id = 'before' "
+        "AND bootcamp = 'calculator' AND instance_id IN (SELECT instance_id FROM episodes WHERE "
+        "run_id = 'before' AND bootcamp = 'calculator' ORDER BY instance_id LIMIT 10)"
+    )
+    store.query(
+        "UPDATE episodes SET success = false, termination = 'wrong_answer' WHERE run_id = 'after' "
+        "AND bootcamp = 'maze' AND instance_id IN (SELECT instance_id FROM episodes WHERE "
+        "run_id = 'after' AND bootcamp = 'maze' ORDER BY instance_id LIMIT 3)"
+    )
     comparisons = compare(store, "before", "after")
     overall = comparisons[0]
     assert overall.scope == "all" and (overall.p_before, overall.p_after) == (20 / 30, 27 / 30)
-    decision = gate(comparisons, metric="pass_rate", before=overall.p_before, after=overall.p_after,
-                    min_improvement=0.0, max_regression=0.1)
+    decision = gate(
+        comparisons,
+        metric="pass_rate",
+        before=overall.p_before,
+        after=overall.p_after,
+        min_improvement=0.0,
+        max_regression=0.1,
+    )
     assert not decision.promoted
-    assert "but maze 100.0% -> 70.0% (-30.0 ± 14.5 points) fell by more than improve.max_regression = 10%" \
+    assert (
+        "but maze 100.0% -> 70.0% (-30.0 ± 14.5 points) fell by more than improve.max_regression = 10%"
         in decision.reason
-    assert gate(comparisons, metric="pass_rate", before=overall.p_before, after=overall.p_after,
-                min_improvement=0.0, max_regression=0.3).promoted
+    )
+    assert gate(
+        comparisons,
+        metric="pass_rate",
+        before=overall.p_before,
+        after=overall.p_after,
+        min_improvement=0.0,
+        max_regression=0.3,
+    ).promoted
 
 
 def test_the_curriculum_raises_the_train_levels_when_the_train_pass_rate_passes_curriculum_up(store) -> None:
@@ -136,10 +185,15 @@ def test_the_curriculum_raises_the_train_levels_when_the_train_pass_rate_passes_
 
 
 def test_synthesis_rejects_a_variant_above_the_curriculum_level(store: Store) -> None:
-    proposals = [Proposal("calculator", "c1", "test", {"steps": 3, "max_operand": 40, "operations": "+-", "level": lv})
-                 for lv in (1, 2)]
-    result = validate_proposals(store, proposals, ValidationSettings(instances_per_variant=1, calibration_samples=0,
-                                                                     max_levels={"calculator": 1}))
+    proposals = [
+        Proposal("calculator", "c1", "test", {"steps": 3, "max_operand": 40, "operations": "+-", "level": lv})
+        for lv in (1, 2)
+    ]
+    result = validate_proposals(
+        store,
+        proposals,
+        ValidationSettings(instances_per_variant=1, calibration_samples=0, max_levels={"calculator": 1}),
+    )
     kinds = {v.proposal.params["level"]: v.reject_kind for v in result.verdicts}
     assert kinds == {1: None, 2: "above_curriculum"}
     assert "level 2 is above calculator's curriculum level 1" in result.verdicts[1].reject_reason

@@ -33,16 +33,22 @@ def _greedy_in_memory(model, tokenizer) -> str:  # noqa: ANN001
     """The greedy reply to PROMPT of a model in memory (as the local policy renders and decodes it)."""
     import torch
 
-    ids = tokenizer.apply_chat_template(PROMPT, tools=fixed_chats.TOOLS, add_generation_prompt=True,
-                                        tokenize=True, return_dict=False)
+    ids = tokenizer.apply_chat_template(
+        PROMPT, tools=fixed_chats.TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     was_training = model.training
     model.eval()
     with torch.inference_mode():
-        out = model.generate(input_ids=torch.tensor([ids], device=model.device), max_new_tokens=24, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        out = model.generate(
+            input_ids=torch.tensor([ids], device=model.device),
+            max_new_tokens=24,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     model.train(was_training)
     new = []
-    for token in out[0][len(ids):].tolist():
+    for token in out[0][len(ids) :].tolist():
         if token in (tokenizer.eos_token_id, tokenizer.pad_token_id):
             break
         new.append(token)
@@ -60,8 +66,9 @@ def adapter(tmp_path_factory):
 
     ws = tmp_path_factory.mktemp("lora")
     store = Store(ws / "campflow.duckdb")
-    tinymodel.build_tiny_model(ws / "base", TinyModelConfig(**fixed_chats.TINY), ["fixed"],
-                               texts=fixed_chats.corpus(tinymodel.chat_template()))
+    tinymodel.build_tiny_model(
+        ws / "base", TinyModelConfig(**fixed_chats.TINY), ["fixed"], texts=fixed_chats.corpus(tinymodel.chat_template())
+    )
     base = checkpoints.register(store, "base-fixed", "base", ws / "base")
     dataset = fixed_chats.save_sft_dataset(store, ws / "ds")
     captured: dict[str, str] = {}
@@ -81,8 +88,9 @@ def adapter(tmp_path_factory):
 
     with _pytest.MonkeyPatch.context() as mp:
         mp.setattr(sft, "progress_callback", capturing)
-        result = sft.train_sft(store, ws, base.model_id, dataset,
-                               SFTConfig(max_steps=30, batch_size=4, learning_rate=0.01, lora=LORA))
+        result = sft.train_sft(
+            store, ws, base.model_id, dataset, SFTConfig(max_steps=30, batch_size=4, learning_rate=0.01, lora=LORA)
+        )
     return ws, store, base, result, captured
 
 
@@ -92,8 +100,11 @@ def _expected_adapter_parameters(base_path: Path, r: int) -> int:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(base_path)
-    return sum(r * (m.in_features + m.out_features) for name, m in model.named_modules()
-               if isinstance(m, torch.nn.Linear) and not name.endswith("lm_head"))
+    return sum(
+        r * (m.in_features + m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and not name.endswith("lm_head")
+    )
 
 
 def test_lora_trains_only_the_adapter_weights_and_the_loss_falls(adapter) -> None:
@@ -135,11 +146,18 @@ def test_the_saved_adapter_reloads_to_the_trained_models_greedy_output(adapter) 
 
 def test_lineage_shows_the_adapters_base(adapter) -> None:
     _, store, base, result, _ = adapter
-    row = store.query("SELECT kind, parent_model_id, json_extract_string(metrics, '$.adapter.base_model_id') AS b "
-                      "FROM checkpoints WHERE model_id = ?", [result.checkpoint.model_id])[0]
+    row = store.query(
+        "SELECT kind, parent_model_id, json_extract_string(metrics, '$.adapter.base_model_id') AS b "
+        "FROM checkpoints WHERE model_id = ?",
+        [result.checkpoint.model_id],
+    )[0]
     assert (row["kind"], row["parent_model_id"], row["b"]) == ("sft", base.model_id, base.model_id)
-    ancestors = {r["ancestor_id"] for r in store.query("SELECT ancestor_id FROM checkpoint_lineage WHERE model_id = ?",
-                                                       [result.checkpoint.model_id])}
+    ancestors = {
+        r["ancestor_id"]
+        for r in store.query(
+            "SELECT ancestor_id FROM checkpoint_lineage WHERE model_id = ?", [result.checkpoint.model_id]
+        )
+    }
     assert base.model_id in ancestors
     meta = json.loads((result.checkpoint.path / "adapter_config.json").read_text())
     assert Path(meta["base_model_name_or_path"]) == Path(base.path).resolve()
@@ -151,14 +169,30 @@ def test_export_merge_writes_a_model_folder_plain_transformers_loads_with_the_sa
 
     ws, _, _, result, captured = adapter
     out = tmp_path / "merged"
-    done = run_cli("export", "--merge", result.checkpoint.model_id, "--out", str(out),
-                   "--db", str(ws / "campflow.duckdb"), env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    done = run_cli(
+        "export",
+        "--merge",
+        result.checkpoint.model_id,
+        "--out",
+        str(out),
+        "--db",
+        str(ws / "campflow.duckdb"),
+        env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )
     assert done.returncode == 0, done.stderr
     assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assert _greedy_in_memory(model, AutoTokenizer.from_pretrained(out)) == captured["reply"]
-    again = run_cli("export", "--merge", "base-fixed", "--out", str(tmp_path / "no"),
-                    "--db", str(ws / "campflow.duckdb"), env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    again = run_cli(
+        "export",
+        "--merge",
+        "base-fixed",
+        "--out",
+        str(tmp_path / "no"),
+        "--db",
+        str(ws / "campflow.duckdb"),
+        env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )
     assert again.returncode != 0 and "holds no adapter" in again.stderr and "Traceback" not in again.stderr
     assert not (tmp_path / "no").exists()
 
@@ -167,15 +201,26 @@ def test_rl_with_lora_continues_the_sft_adapter_on_the_same_base(adapter) -> Non
     from campflow.training.rl import train_rl
 
     ws, store, base, result, _ = adapter
-    rl_cfg = load_config(None, {}, env={}).training.rl.model_copy(update={
-        "max_steps": 1, "num_generations": 2, "prompts_per_step": 1, "instances_per_bootcamp": 1,
-        "max_completion_length": 16, "lora": LORA})
+    rl_cfg = load_config(None, {}, env={}).training.rl.model_copy(
+        update={
+            "max_steps": 1,
+            "num_generations": 2,
+            "prompts_per_step": 1,
+            "instances_per_bootcamp": 1,
+            "max_completion_length": 16,
+            "lora": LORA,
+        }
+    )
     rl = train_rl(store, ws, result.checkpoint.model_id, ["calculator"], rl_cfg, [1])
     assert (rl.checkpoint.path / "adapter_config.json").exists()
     assert rl.metrics["adapter"]["base_model_id"] == base.model_id
     assert rl.metrics["adapter"]["trainable_parameters"] == result.metrics["adapter"]["trainable_parameters"]
-    ancestors = [r["ancestor_id"] for r in store.query(
-        "SELECT ancestor_id FROM checkpoint_lineage WHERE model_id = ? ORDER BY depth", [rl.checkpoint.model_id])]
+    ancestors = [
+        r["ancestor_id"]
+        for r in store.query(
+            "SELECT ancestor_id FROM checkpoint_lineage WHERE model_id = ? ORDER BY depth", [rl.checkpoint.model_id]
+        )
+    ]
     assert ancestors == [rl.checkpoint.model_id, result.checkpoint.model_id, base.model_id]
 
 

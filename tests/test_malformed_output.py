@@ -38,18 +38,30 @@ CASES: list[tuple[str, Any, Any, str]] = [
     ("arguments_not_an_object", None, [native("calculate", "[1, 2]")], "must be a JSON object"),
     ("null_arguments", None, [native("calculate", "null")], "expression is required"),
     ("call_without_function", None, [{"id": "c1", "type": "function"}], "without a function"),
-    ("unclosed_tool_call", '<tool_call>{"name": "calculate", "arguments": {"expression": "1+1"}}', None,
-     "without a closing </tool_call>"),
+    (
+        "unclosed_tool_call",
+        '<tool_call>{"name": "calculate", "arguments": {"expression": "1+1"}}',
+        None,
+        "without a closing </tool_call>",
+    ),
     ("tool_call_body_not_json", "<tool_call>{name: calculate}</tool_call>", None, "body is not valid JSON"),
     ("tool_call_body_without_name", '<tool_call>{"arguments": {}}</tool_call>', None, 'must hold {"name"'),
     ("empty_reply", "", None, "No tool call found"),
     ("no_content_no_calls", None, None, "No tool call found"),
     ("prose_only", "The answer is probably 42.", None, "No tool call found"),
     ("one_megabyte_reply", "x" * 1_000_000, None, "1000000 characters"),
-    ("invalid_unicode", "\ud800 broken \udfff" + text_call("calculate", {"expression": "\ud83d 1+"}), None,
-     "cannot parse"),
-    ("too_many_calls", "".join(text_call("calculate", {"expression": f"{i}+1"}) for i in range(12)), None,
-     "more than 8 calls"),
+    (
+        "invalid_unicode",
+        "\ud800 broken \udfff" + text_call("calculate", {"expression": "\ud83d 1+"}),
+        None,
+        "cannot parse",
+    ),
+    (
+        "too_many_calls",
+        "".join(text_call("calculate", {"expression": f"{i}+1"}) for i in range(12)),
+        None,
+        "more than 8 calls",
+    ),
     ("submit_with_string_answer", text_call("submit", {"answer": "forty"}), None, "valid number"),
 ]
 
@@ -77,7 +89,7 @@ def _spec() -> EpisodeSpec:
 def _said_after_first_turn(transcript: list[dict[str, Any]]) -> str:
     first = next(i for i, m in enumerate(transcript) if m["role"] == "assistant")
     rest = []
-    for m in transcript[first + 1:]:
+    for m in transcript[first + 1 :]:
         if m["role"] == "assistant":
             break
         rest.append(str(m.get("content")))
@@ -145,8 +157,9 @@ def test_malformed_reply_over_http_through_the_openai_client(http_cases, index: 
 
 
 def test_both_native_and_text_calls_run_once() -> None:
-    reply = PolicyReply(content=text_call("calculate", {"expression": "2+2"}),
-                        tool_calls=[native("calculate", '{"expression": "2+2"}')])
+    reply = PolicyReply(
+        content=text_call("calculate", {"expression": "2+2"}), tool_calls=[native("calculate", '{"expression": "2+2"}')]
+    )
     episode = asyncio.run(run_episode(_spec(), ThenOracle([reply])))
     first_turn_tools = _said_after_first_turn(episode.transcript).splitlines()
     assert first_turn_tools == ["4"]
@@ -162,7 +175,9 @@ def test_reasoning_is_kept_apart_from_content() -> None:
 
 
 def test_several_valid_calls_in_one_turn_all_run_in_order() -> None:
-    reply = PolicyReply(content=text_call("calculate", {"expression": "1+1"}) + text_call("calculate", {"expression": "2*3"}))
+    reply = PolicyReply(
+        content=text_call("calculate", {"expression": "1+1"}) + text_call("calculate", {"expression": "2*3"})
+    )
     episode = asyncio.run(run_episode(_spec(), ThenOracle([reply])))
     assert _said_after_first_turn(episode.transcript).splitlines() == ["2", "6"]
 
@@ -198,25 +213,34 @@ class Raising(Policy):
         raise self.exc  # type: ignore[misc]
 
 
-@pytest.mark.parametrize(("exc", "termination"), [
-    (PolicyError("endpoint down"), Termination.INFRA_ERROR),
-    (ContextOverflowError("maximum context length is 4096 tokens"), Termination.CONTEXT_OVERFLOW),
-    (RuntimeError("a bug in a policy"), Termination.INFRA_ERROR),
-])
+@pytest.mark.parametrize(
+    ("exc", "termination"),
+    [
+        (PolicyError("endpoint down"), Termination.INFRA_ERROR),
+        (ContextOverflowError("maximum context length is 4096 tokens"), Termination.CONTEXT_OVERFLOW),
+        (RuntimeError("a bug in a policy"), Termination.INFRA_ERROR),
+    ],
+)
 def test_policy_failures_become_terminations(exc, termination) -> None:
     episode = asyncio.run(run_episode(_spec(), Raising(exc)))
     assert episode.termination == termination and exc.args[0] in episode.error
 
 
 def test_an_episode_past_its_wall_clock_budget_ends_as_timeout() -> None:
-    episode = asyncio.run(run_episode(_spec(), Raising(RuntimeError("never"), sleep=5),
-                                      RolloutSettings(episode_timeout=0.2)))
+    episode = asyncio.run(
+        run_episode(_spec(), Raising(RuntimeError("never"), sleep=5), RolloutSettings(episode_timeout=0.2))
+    )
     assert episode.termination == Termination.TIMEOUT
 
 
 def test_the_turn_budget_ends_as_max_turns() -> None:
-    episode = asyncio.run(run_episode(_spec(), ThenOracle([PolicyReply(content=text_call("calculate", {"expression": "1"}))] * 50),
-                                      RolloutSettings(max_turns=4)))
+    episode = asyncio.run(
+        run_episode(
+            _spec(),
+            ThenOracle([PolicyReply(content=text_call("calculate", {"expression": "1"}))] * 50),
+            RolloutSettings(max_turns=4),
+        )
+    )
     assert episode.termination == Termination.MAX_TURNS and episode.turns == 4
 
 
@@ -231,14 +255,19 @@ def test_the_single_call_fast_path_records_what_the_general_path_does(monkeypatc
     from campflow.agents.oracle import NoisyOraclePolicy
     from campflow.rollout import engine
 
-    specs = [EpisodeSpec(b, inst, sample) for b in map(registry.make, registry.names())
-             for inst in [b.generate(level, 7 + level) for level in (1, 2)] for sample in (0, 1)]
+    specs = [
+        EpisodeSpec(b, inst, sample)
+        for b in map(registry.make, registry.names())
+        for inst in [b.generate(level, 7 + level) for level in (1, 2)]
+        for sample in (0, 1)
+    ]
 
     def play() -> list[dict[str, Any]]:
         policy = NoisyOraclePolicy(p_wrong_move=0.3, p_malformed=0.1, p_wrong_answer=0.2, seed=3)
         episodes = asyncio.run(engine.run_episodes(specs, policy))
-        return [{k: v for k, v in vars(e).items() if k not in ("wall_s", "latency_s", "_transcript_json")}
-                for e in episodes]
+        return [
+            {k: v for k, v in vars(e).items() if k not in ("wall_s", "latency_s", "_transcript_json")} for e in episodes
+        ]
 
     fast = play()
     monkeypatch.setattr(engine, "one_native_call", lambda *args: None)

@@ -21,8 +21,15 @@ from tests.conftest import run_cli
 from tests.planted import RUN_ID, record_planted_run
 
 # ParsedCall.error_kind values (see its docstring)
-ERROR_KINDS = {"invalid_json", "not_an_object", "unknown_tool", "missing_argument", "extra_argument", "wrong_type",
-               "too_many_calls"}
+ERROR_KINDS = {
+    "invalid_json",
+    "not_an_object",
+    "unknown_tool",
+    "missing_argument",
+    "extra_argument",
+    "wrong_type",
+    "too_many_calls",
+}
 
 
 def _noisy_run(store: Store, names: list[str], n: int, run_id: str = "noisy", **noise) -> list[Episode]:
@@ -40,10 +47,25 @@ def _noisy_run(store: Store, names: list[str], n: int, run_id: str = "noisy", **
 
 
 def _infra(episode: Episode, termination: Termination, sample: int) -> Episode:
-    return Episode(run_id=episode.run_id, instance_id=episode.instance_id, bootcamp=episode.bootcamp,
-                   model_id=episode.model_id, sample=sample, reward=0.0, success=False, termination=termination,
-                   turns=0, tool_calls=0, invalid_calls=0, prompt_tokens=0, completion_tokens=0, latency_s=0.0,
-                   wall_s=0.0, transcript=[], error="endpoint down")
+    return Episode(
+        run_id=episode.run_id,
+        instance_id=episode.instance_id,
+        bootcamp=episode.bootcamp,
+        model_id=episode.model_id,
+        sample=sample,
+        reward=0.0,
+        success=False,
+        termination=termination,
+        turns=0,
+        tool_calls=0,
+        invalid_calls=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        latency_s=0.0,
+        wall_s=0.0,
+        transcript=[],
+        error="endpoint down",
+    )
 
 
 def test_only_model_failures_are_mined_never_infra_errors_or_timeouts(store) -> None:
@@ -77,10 +99,13 @@ def test_categories_are_the_termination_plus_the_reward_reason_or_the_parsers_er
 
 def test_a_text_tool_call_with_broken_json_is_an_invalid_json_failure() -> None:
     tools = {t.name: t for t in registry.make("calculator").tools(registry.make("calculator").generate(1, 0))}
-    message = {"role": "assistant", "content": "<tool_call>{\"name\": \"calculate\", \"arguments\": {oops</tool_call>"}
+    message = {"role": "assistant", "content": '<tool_call>{"name": "calculate", "arguments": {oops</tool_call>'}
     assert failure_reason(Termination.INVALID_TOOL_CALL, {}, None, message, tools) == "invalid_json"
-    native = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "calculate", "arguments": "{}"}}]}
+    native = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "calculate", "arguments": "{}"}}],
+    }
     assert failure_reason(Termination.INVALID_TOOL_CALL, {}, None, native, tools) == "missing_argument"
     assert failure_reason(Termination.FORMAT_ERROR, {}, "No tool call found.", {}, tools) == "no_tool_call"
     assert failure_reason(Termination.WRONG_ANSWER, {"reason": "Wrong Cell"}, None, {}, tools) == "wrong_cell"
@@ -137,9 +162,11 @@ def test_planted_failure_modes_are_each_the_dominant_trait_of_some_cluster(plant
         if c.traits["dominant"]:
             dominant[c.bootcamp].append(c.traits["dominant"])
     assert {"knob": "steps", "op": ">=", "lo": 3.0} in [
-        {k: d[k] for k in ("knob", "op", "lo")} for d in dominant["calculator"]], analysis.clusters
-    assert any(d["knob"] in ("width", "height") and d["op"] == ">=" and d["lo"] == 9.0
-               for d in dominant["maze"]), analysis.clusters
+        {k: d[k] for k in ("knob", "op", "lo")} for d in dominant["calculator"]
+    ], analysis.clusters
+    assert any(d["knob"] in ("width", "height") and d["op"] == ">=" and d["lo"] == 9.0 for d in dominant["maze"]), (
+        analysis.clusters
+    )
     for c in analysis.clusters:  # no cluster is dominated by a knob the policy does not care about
         if c.traits["dominant"]:
             assert c.traits["dominant"]["knob"] in {"steps", "width", "height"}, c.label
@@ -151,8 +178,11 @@ def test_clusters_referenced_by_variants_survive_reclustering(planted: Store) ->
     analyze_run(planted, RUN_ID)
     kept = load_clusters(planted, RUN_ID)[0]
     with planted.connection() as con:
-        con.execute("INSERT INTO variants (variant_id, cluster_id, bootcamp, synthesizer, status, created_at) "
-                    "VALUES ('v-test', ?, ?, 'mutate', 'rejected', now())", [kept.cluster_id, kept.bootcamp])
+        con.execute(
+            "INSERT INTO variants (variant_id, cluster_id, bootcamp, synthesizer, status, created_at) "
+            "VALUES ('v-test', ?, ?, 'mutate', 'rejected', now())",
+            [kept.cluster_id, kept.bootcamp],
+        )
     cluster_failures(planted, RUN_ID, max_clusters=1)
     assert kept.cluster_id not in {c.cluster_id for c in load_clusters(planted, RUN_ID)}
     assert planted.scalar("SELECT size FROM clusters WHERE cluster_id = ?", [kept.cluster_id]) == kept.size

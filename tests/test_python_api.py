@@ -44,7 +44,9 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 def test_importing_campflow_loads_no_heavy_package() -> None:
-    code = ("import sys, campflow\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'prefect', 'duckdb') if m in sys.modules))")
+    code = (
+        "import sys, campflow\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'trl', 'prefect', 'duckdb') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -24,12 +24,21 @@ def _free_port() -> int:
 def prefect_server(tmp_path):
     """`prefect server start` on 127.0.0.1 with a fast scheduler loop; yields its API URL."""
     port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"),
-           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+    }
     prefect = Path(sys.executable).parent / "prefect"
-    server = subprocess.Popen([str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}/api"
     import httpx
 
@@ -50,11 +59,21 @@ def prefect_server(tmp_path):
 
 def test_campflow_serve_runs_watch_on_its_interval(prefect_server, tmp_path) -> None:
     config = write_tiny_config(tmp_path / "ws", watch__threshold=1000, watch__interval_seconds=3)
-    env = {**os.environ, "PREFECT_API_URL": prefect_server, "PREFECT_RUNNER_POLL_FREQUENCY": "2",
-           "PREFECT_HOME": str(tmp_path / "client-home")}
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": prefect_server,
+        "PREFECT_RUNNER_POLL_FREQUENCY": "2",
+        "PREFECT_HOME": str(tmp_path / "client-home"),
+    }
     exe = Path(sys.executable).parent / "campflow"
-    serve = subprocess.Popen([str(exe), "serve", "--config", str(config)], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    serve = subprocess.Popen(
+        [str(exe), "serve", "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     import httpx
 
     try:
@@ -62,10 +81,15 @@ def test_campflow_serve_runs_watch_on_its_interval(prefect_server, tmp_path) -> 
         completed = []
         while time.monotonic() < deadline and not completed:
             time.sleep(2)
-            runs = httpx.post(f"{prefect_server}/flow_runs/filter", json={
-                "flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}}}, timeout=10).json()
-            deployments = {d["id"]: d["name"] for d in
-                           httpx.post(f"{prefect_server}/deployments/filter", json={}, timeout=10).json()}
+            runs = httpx.post(
+                f"{prefect_server}/flow_runs/filter",
+                json={"flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}}},
+                timeout=10,
+            ).json()
+            deployments = {
+                d["id"]: d["name"]
+                for d in httpx.post(f"{prefect_server}/deployments/filter", json={}, timeout=10).json()
+            }
             completed = [r for r in runs if deployments.get(r.get("deployment_id")) == "campflow-watch"]
             assert serve.poll() is None, serve.stdout.read()[-3000:]
         assert completed, "no scheduled watch run completed within 180 s"
@@ -85,8 +109,9 @@ def test_serve_without_a_server_says_how_to_start_one(tmp_path) -> None:
     from tests.conftest import run_cli
 
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    out = subprocess.run([str(Path(sys.executable).parent / "campflow"), "serve"], capture_output=True, text=True,
-                         env=env, cwd=tmp_path)
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "campflow"), "serve"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert out.returncode == 2 and "prefect server start" in out.stderr
     del run_cli
 
@@ -100,11 +125,24 @@ def test_ray_and_threads_record_the_same_episodes(tmp_path) -> None:
     rows = {}
     for runner in ("threads", "ray"):
         ws = tmp_path / runner
-        cfg = load_config(None, {"workspace.path": str(ws), "policy.kind": "noisy", "eval.n": 12,
-                                 "eval.bootcamps": ["calculator", "maze"], "rollout.task_runner": runner,
-                                 "rollout.workers": 2, "rollout.shard_size": 6}, env={})
+        cfg = load_config(
+            None,
+            {
+                "workspace.path": str(ws),
+                "policy.kind": "noisy",
+                "eval.n": 12,
+                "eval.bootcamps": ["calculator", "maze"],
+                "rollout.task_runner": runner,
+                "rollout.workers": 2,
+                "rollout.shard_size": 6,
+            },
+            env={},
+        )
         evaluate(cfg, run_id="same-run")
-        rows[runner] = run_sql(cfg.workspace.db_path, "SELECT episode_id, instance_id, sample_index, reward, "
-                               "termination, turns FROM episodes ORDER BY episode_id").rows
+        rows[runner] = run_sql(
+            cfg.workspace.db_path,
+            "SELECT episode_id, instance_id, sample_index, reward, "
+            "termination, turns FROM episodes ORDER BY episode_id",
+        ).rows
     assert len(rows["threads"]) == 24
     assert rows["ray"] == rows["threads"]

@@ -20,8 +20,17 @@ from campflow.errors import ServingError
 from campflow.serving import CheckpointServers, serve_checkpoint
 
 TEST_SERVER = "{python} -m campflow.testing.serve_model {path} --port {port} --served-model-name {name}"
-TINY = TinyModelConfig(seed=0, vocab_size=1000, hidden_size=32, intermediate_size=64, layers=2, heads=2, kv_heads=1,
-                       max_positions=2048, corpus_per_level=2)
+TINY = TinyModelConfig(
+    seed=0,
+    vocab_size=1000,
+    hidden_size=32,
+    intermediate_size=64,
+    layers=2,
+    heads=2,
+    kv_heads=1,
+    max_positions=2048,
+    corpus_per_level=2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +44,23 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(workspace: Path, checkpoint: Path, kind: str = "inprocess", **extra):
-    overrides = {"workspace.path": str(workspace), "policy.kind": "local", "policy.model": str(checkpoint),
-                 "policy.max_tokens": 24, "policy.max_retries": 0, "policy.timeout": 60,
-                 "eval.bootcamps": ["calculator"], "eval.n": 6, "eval.levels": [1],
-                 "rollout.concurrency": 8, "rollout.max_turns": 3, "rollout.workers": 1,
-                 "serving.kind": kind, "serving.command": TEST_SERVER, "serving.startup_timeout": 120}
+    overrides = {
+        "workspace.path": str(workspace),
+        "policy.kind": "local",
+        "policy.model": str(checkpoint),
+        "policy.max_tokens": 24,
+        "policy.max_retries": 0,
+        "policy.timeout": 60,
+        "eval.bootcamps": ["calculator"],
+        "eval.n": 6,
+        "eval.levels": [1],
+        "rollout.concurrency": 8,
+        "rollout.max_turns": 3,
+        "rollout.workers": 1,
+        "serving.kind": kind,
+        "serving.command": TEST_SERVER,
+        "serving.startup_timeout": 120,
+    }
     overrides.update(extra)
     return load_config(None, overrides)
 
@@ -61,8 +82,11 @@ def _servers_of(checkpoint: Path) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"campflow.testing.serve_model" in cmdline and any(str(checkpoint).encode() in a for a in cmdline) \
-                    and _alive(int(entry.name)):
+            if (
+                b"campflow.testing.serve_model" in cmdline
+                and any(str(checkpoint).encode() in a for a in cmdline)
+                and _alive(int(entry.name))
+            ):
                 pids.append(int(entry.name))
     return pids
 
@@ -84,19 +108,33 @@ def test_a_launched_test_server_evaluates_every_episode_as_the_inprocess_policy_
         cfg = _config(tmp_path / kind, checkpoint, kind)
         summary = evaluate(cfg, run_id=f"eval-{kind}")
         rows = Store(cfg.workspace.db_path).query(
-            "SELECT instance_id, termination, reward, turns, transcript FROM episodes ORDER BY instance_id")
-        outcomes[kind] = (summary.pass_rates, [
-            (r["instance_id"], r["termination"], r["reward"], r["turns"],
-             [(m.get("content") or "").strip() for m in json.loads(r["transcript"]) if m["role"] == "assistant"])
-            for r in rows])
+            "SELECT instance_id, termination, reward, turns, transcript FROM episodes ORDER BY instance_id"
+        )
+        outcomes[kind] = (
+            summary.pass_rates,
+            [
+                (
+                    r["instance_id"],
+                    r["termination"],
+                    r["reward"],
+                    r["turns"],
+                    [(m.get("content") or "").strip() for m in json.loads(r["transcript"]) if m["role"] == "assistant"],
+                )
+                for r in rows
+            ],
+        )
         assert summary.ran == 6
         rates = summary.throughput  # what evaluating cost, kept in the run's summary for `campflow runs`
         assert rates["episodes_per_s"] > 0 and rates["tokens_per_s"] > 0 and rates["latency_per_turn_s"] > 0
     assert outcomes["launch"] == outcomes["inprocess"]
     from tests.conftest import run_cli
 
-    listed = run_cli("runs", "--db", str(tmp_path / "launch" / "campflow.duckdb"),
-                     env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    listed = run_cli(
+        "runs",
+        "--db",
+        str(tmp_path / "launch" / "campflow.duckdb"),
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
     assert listed.returncode == 0, listed.stderr
     header = next(line for line in listed.stdout.splitlines() if "run_id" in line)
     assert all(col in header for col in ("ep_per_s", "tok_per_s", "ms_per_turn"))
@@ -153,8 +191,11 @@ def test_a_sigkilled_evaluating_process_takes_its_server_with_it(tmp_path, check
 
 def test_a_command_that_cannot_run_is_one_error_naming_it(tmp_path, checkpoint) -> None:
     cfg = _config(tmp_path, checkpoint, "launch", **{"serving.command": "no-such-server-binary --port {port}"})
-    with pytest.raises(ServingError, match=r"cannot start the server `no-such-server-binary --port \d+`.*"
-                                           r"No such file or directory"):
+    with pytest.raises(
+        ServingError,
+        match=r"cannot start the server `no-such-server-binary --port \d+`.*"
+        r"No such file or directory",
+    ):
         with serve_checkpoint(cfg, checkpoint):
             pass
 
@@ -180,24 +221,32 @@ def test_a_busy_port_is_one_error_naming_the_port(tmp_path, checkpoint) -> None:
 def test_a_server_that_exits_at_startup_is_one_error_quoting_its_log(tmp_path, checkpoint) -> None:
     command = "{python} -c \"import sys; print('cannot load {name}'); sys.exit(3)\""
     cfg = _config(tmp_path, checkpoint, "launch", **{"serving.command": command})
-    with pytest.raises(ServingError, match=r"exited with code 3 before it answered; log .*serving-logs/.*\.log: .*"
-                                           r"cannot load tiny"):
+    with pytest.raises(
+        ServingError,
+        match=r"exited with code 3 before it answered; log .*serving-logs/.*\.log: .*"
+        r"cannot load tiny",
+    ):
         with serve_checkpoint(cfg, checkpoint):
             pass
 
 
-def test_a_server_that_never_answers_times_out_naming_the_timeout_and_log_and_is_stopped(tmp_path,
-                                                                                      checkpoint) -> None:
+def test_a_server_that_never_answers_times_out_naming_the_timeout_and_log_and_is_stopped(tmp_path, checkpoint) -> None:
     command = "{python} -c \"import time; print('loading {name}', flush=True); time.sleep(600)\""
     cfg = _config(tmp_path, checkpoint, "launch", **{"serving.command": command, "serving.startup_timeout": 1})
-    with pytest.raises(ServingError, match=r"did not answer GET http://127.0.0.1:\d+/v1/models within "
-                                           r"serving.startup_timeout = 1s; log .*: .*loading tiny"):
+    with pytest.raises(
+        ServingError,
+        match=r"did not answer GET http://127.0.0.1:\d+/v1/models within "
+        r"serving.startup_timeout = 1s; log .*: .*loading tiny",
+    ):
         with serve_checkpoint(cfg, checkpoint):
             pass
     log = next((tmp_path / "serving-logs").glob("*.log")).read_text()
     pid_free = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
-    assert all(b"loading tiny" not in (p / "cmdline").read_bytes() for p in pid_free if (p / "cmdline").exists()
-               and _alive(int(p.name))), log
+    assert all(
+        b"loading tiny" not in (p / "cmdline").read_bytes()
+        for p in pid_free
+        if (p / "cmdline").exists() and _alive(int(p.name))
+    ), log
 
 
 def test_a_server_killed_mid_run_makes_infra_errors_and_one_error_after_the_step(tmp_path, checkpoint) -> None:
@@ -216,14 +265,18 @@ def test_a_server_killed_mid_run_makes_infra_errors_and_one_error_after_the_step
         assert _gone(pid)
         episodes = rollout(specs, build_policy(policy), RolloutSettings.from_config(cfg.rollout), run_id="dead")
         assert {e.termination for e in episodes} == {"infra_error"}
-        with pytest.raises(ServingError, match=rf"the server for tiny \(pid {pid}\) exited with code -9 during the "
-                                               r"run; its episodes are infra_error and the step runs again on resume"):
+        with pytest.raises(
+            ServingError,
+            match=rf"the server for tiny \(pid {pid}\) exited with code -9 during the "
+            r"run; its episodes are infra_error and the step runs again on resume",
+        ):
             servers.check()
 
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_cycle_with_launched_servers_gives_the_pass_rates_of_an_inprocess_cycle_and_leaves_no_server(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     from campflow.flows.improve import improve
     from campflow.storage.store import Store
     from tests.loop_config import write_tiny_config
@@ -231,13 +284,15 @@ def test_a_cycle_with_launched_servers_gives_the_pass_rates_of_an_inprocess_cycl
     results = {}
     for kind in ("inprocess", "launch"):
         ws = tmp_path / kind
-        cfg = load_config(write_tiny_config(ws, improve__rl=False, serving__kind=kind,
-                                            serving__command=TEST_SERVER), env={})
+        cfg = load_config(
+            write_tiny_config(ws, improve__rl=False, serving__kind=kind, serving__command=TEST_SERVER), env={}
+        )
         summary = improve(cfg, cycle_id="c1")
         results[kind] = (summary.pass_before, summary.pass_after)
         served = Store(cfg.workspace.db_path).query(
             "SELECT DISTINCT run_id, json_extract_string(config, '$.policy.kind') AS kind FROM runs "
-            "WHERE run_id IN ('c1-before', 'c1-after') ORDER BY run_id")
+            "WHERE run_id IN ('c1-before', 'c1-after') ORDER BY run_id"
+        )
         assert {r["kind"] for r in served} == {"local" if kind == "inprocess" else "openai"}
         assert _servers_of(ws) == []
     assert results["launch"] == results["inprocess"]
@@ -263,8 +318,7 @@ def test_the_live_display_shows_episodes_and_tokens_per_second_and_the_policys_l
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_an_adapter_checkpoint_on_a_running_endpoint_is_loaded_evaluated_under_its_name_and_unloaded(
-        tmp_path) -> None:
+def test_an_adapter_checkpoint_on_a_running_endpoint_is_loaded_evaluated_under_its_name_and_unloaded(tmp_path) -> None:
     from campflow.bootcamps import registry
     from campflow.bootcamps.splits import eval_instances
     from campflow.flows.evaluate import evaluate
@@ -272,8 +326,9 @@ def test_an_adapter_checkpoint_on_a_running_endpoint_is_loaded_evaluated_under_i
 
     adapter = tmp_path / "models" / "sft-lora"
     adapter.mkdir(parents=True)
-    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/models/base",
-                                                             "peft_type": "LORA"}))
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": "/models/base", "peft_type": "LORA"})
+    )
     (adapter / "campflow.json").write_text(json.dumps({"model_id": "sft-abc123"}))
     script = OracleScript(eval_instances(registry.make("calculator"), 4, [1]))
     with ScriptedEndpoint(script, model="base", strict_models=True) as server:
@@ -285,7 +340,8 @@ def test_an_adapter_checkpoint_on_a_running_endpoint_is_loaded_evaluated_under_i
 
 
 def test_a_full_checkpoint_a_running_endpoint_does_not_serve_is_one_error_listing_what_it_serves(
-        tmp_path, checkpoint) -> None:
+    tmp_path, checkpoint
+) -> None:
     from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
 
     with ScriptedEndpoint(ReplyScript(["hi"]), model="Qwen/Qwen3-8B") as server:
@@ -299,11 +355,16 @@ def test_a_full_checkpoint_a_running_endpoint_does_not_serve_is_one_error_listin
 
 
 def test_a_server_that_dies_of_an_exception_names_the_root_cause_before_its_last_lines(tmp_path, checkpoint) -> None:
-    command = ("{python} -c \"import sys; print('[core.py:9] ValueError: not enough memory for {name}'); "
-               "[print('unwinding', i) for i in range(20)]; print('RuntimeError: see root cause above'); sys.exit(1)\"")
+    command = (
+        "{python} -c \"import sys; print('[core.py:9] ValueError: not enough memory for {name}'); "
+        "[print('unwinding', i) for i in range(20)]; print('RuntimeError: see root cause above'); sys.exit(1)\""
+    )
     cfg = _config(tmp_path, checkpoint, "launch", **{"serving.command": command})
-    with pytest.raises(ServingError, match=r"exited with code 1 before it answered; log .*: \[core.py:9\] ValueError: "
-                                           r"not enough memory for tiny \| \.\.\. \| unwinding 16 .* RuntimeError: see "
-                                           r"root cause above$"):
+    with pytest.raises(
+        ServingError,
+        match=r"exited with code 1 before it answered; log .*: \[core.py:9\] ValueError: "
+        r"not enough memory for tiny \| \.\.\. \| unwinding 16 .* RuntimeError: see "
+        r"root cause above$",
+    ):
         with serve_checkpoint(cfg, checkpoint):
             pass

@@ -22,16 +22,26 @@ from campflow.storage.store import Store
 
 
 def _episodes(run_id: str = "r1", n: int = 30, seed: int = 1):
-    specs = [EpisodeSpec(registry.make(b), i) for b in ("calculator", "maze")
-             for i in eval_instances(registry.make(b), n)]
+    specs = [
+        EpisodeSpec(registry.make(b), i) for b in ("calculator", "maze") for i in eval_instances(registry.make(b), n)
+    ]
     policy = NoisyOraclePolicy(p_wrong_move=0.2, p_malformed=0.2, p_wrong_answer=0.3, seed=seed)
     return asyncio.run(run_episodes(specs, policy, run_id=run_id))
 
 
 def test_a_new_store_has_every_table_and_view_at_the_current_schema_version(store) -> None:
     tables = {r["table_name"] for r in store.query("SELECT table_name FROM information_schema.tables")}
-    assert {"runs", "instances", "episodes", "failures", "clusters", "variants", "datasets", "checkpoints",
-            "schema_version"} <= tables
+    assert {
+        "runs",
+        "instances",
+        "episodes",
+        "failures",
+        "clusters",
+        "variants",
+        "datasets",
+        "checkpoints",
+        "schema_version",
+    } <= tables
     assert set(VIEWS) <= tables
     assert store.scalar("SELECT max(version) FROM schema_version") == SCHEMA_VERSION == MIGRATIONS[-1][0]
 
@@ -89,8 +99,10 @@ def test_a_store_of_schema_2_migrates_its_episodes_and_upserts_them_after(worksp
     workspace.mkdir(parents=True, exist_ok=True)
     path = workspace / "v2.duckdb"
     con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, description VARCHAR, "
-                "applied_at TIMESTAMP DEFAULT current_timestamp)")
+    con.execute(
+        "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, description VARCHAR, "
+        "applied_at TIMESTAMP DEFAULT current_timestamp)"
+    )
     for version, description, statements in MIGRATIONS[:2]:
         for stmt in statements:
             con.execute(stmt)
@@ -102,8 +114,13 @@ def test_a_store_of_schema_2_migrates_its_episodes_and_upserts_them_after(worksp
     old.write_episodes(episodes)
     store = Store(path)
     assert store.scalar("SELECT max(version) FROM schema_version") == SCHEMA_VERSION
-    assert store.scalar("SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'episodes' "
-                        "AND constraint_type = 'PRIMARY KEY'") == 0
+    assert (
+        store.scalar(
+            "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'episodes' "
+            "AND constraint_type = 'PRIMARY KEY'"
+        )
+        == 0
+    )
     assert store.scalar("SELECT count(DISTINCT episode_id) FROM episodes") == len(episodes)
     store.write_episodes(episodes)
     assert store.scalar("SELECT count(*) FROM episodes") == len(episodes)
@@ -145,12 +162,21 @@ def test_a_sql_typo_gives_duckdbs_message_on_one_line(store) -> None:
 
 
 def test_readers_wait_for_a_writer_and_then_say_plainly_that_a_write_is_in_progress(store) -> None:
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import duckdb, sys, time
         con = duckdb.connect({str(store.path)!r})
         print("locked", flush=True)
         time.sleep(float(sys.argv[1]))
-        """), "1.5"], stdout=subprocess.PIPE, text=True)
+        """),
+            "1.5",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         t0 = time.monotonic()
@@ -158,12 +184,20 @@ def test_readers_wait_for_a_writer_and_then_say_plainly_that_a_write_is_in_progr
         assert time.monotonic() - t0 > 0.3
     finally:
         holder.wait(10)
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import duckdb, time
         con = duckdb.connect({str(store.path)!r})
         print("locked", flush=True)
         time.sleep(30)
-        """)], stdout=subprocess.PIPE, text=True)
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(StoreBusyError, match="a write is in progress"):

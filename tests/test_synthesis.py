@@ -17,7 +17,16 @@ from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy, native_call
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    NoArgs,
+    Observation,
+    Params,
+    Score,
+    State,
+    ToolArgs,
+    tool,
 )
 from campflow.bootcamps.splits import eval_instances, train_instances
 from campflow.config import SynthesisConfig, SynthesisLLMConfig, load_config
@@ -65,18 +74,26 @@ class Countdown(Bootcamp[CountdownParams, CountdownState]):
     params_model = CountdownParams
     state_model = CountdownState
     default_max_turns = 12  # so counts of 12 ticks or more are beyond the oracle
-    levels = {1: CountdownParams(level=1, start=12, step=3), 2: CountdownParams(level=2, start=30, step=5),
-              3: CountdownParams(level=3, start=40, step=4)}
+    levels = {
+        1: CountdownParams(level=1, start=12, step=3),
+        2: CountdownParams(level=2, start=30, step=5),
+        3: CountdownParams(level=3, start=40, step=4),
+    }
 
     def build(self, params: CountdownParams, rng: random.Random) -> dict:
         if params.start % params.step:
             raise ValueError(f"step {params.step} does not divide start {params.start}")
-        return {"start": params.start, "step": params.step, "answer": params.start // params.step,
-                "name": rng.choice(["Ada", "Ben", "Chen"])}
+        return {
+            "start": params.start,
+            "step": params.step,
+            "answer": params.start // params.step,
+            "name": rng.choice(["Ada", "Ben", "Chen"]),
+        }
 
     def prompt(self, instance: Instance) -> list[dict]:
-        return self.chat(f"{instance.data['name']} counts down from {instance.data['start']} "
-                         f"in steps of {instance.data['step']}.")
+        return self.chat(
+            f"{instance.data['name']} counts down from {instance.data['start']} in steps of {instance.data['step']}."
+        )
 
     def new_state(self, instance: Instance) -> CountdownState:
         return CountdownState(remaining=instance.data["start"])
@@ -129,8 +146,12 @@ def countdown():
 def _countdown_failures(store: Store, b: Bootcamp) -> None:
     """Eval split recorded; a run that fails on counts from 20 up, over steps 2 and 3."""
     store.write_instances(eval_instances(b, 6), split="eval")
-    instances = [b.generate({"start": step * k, "step": step}, seed) for step in (2, 3) for k in range(5, 11)
-                 for seed in range(3)]
+    instances = [
+        b.generate({"start": step * k, "step": step}, seed)
+        for step in (2, 3)
+        for k in range(5, 11)
+        for seed in range(3)
+    ]
     store.write_instances(instances, split="train")
     store.start_run("count-run", "evaluate", {}, "noisy")
     policy = NoisyOraclePolicy(0, 0, 0.7, when=lambda i: i.params.start >= 20)
@@ -138,8 +159,11 @@ def _countdown_failures(store: Store, b: Bootcamp) -> None:
 
 
 def _fenced(proposals: list[dict]) -> str:
-    return ("Here are tasks that push on counting long sequences:\n```json\n"
-            + json.dumps({"proposals": proposals}, indent=1) + "\n```\nEach one targets the weakness.")
+    return (
+        "Here are tasks that push on counting long sequences:\n```json\n"
+        + json.dumps({"proposals": proposals}, indent=1)
+        + "\n```\nEach one targets the weakness."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,21 +174,35 @@ def test_llm_synthesizer_accepts_and_rejects_each_reply_exactly_as_expected(stor
     _countdown_failures(store, countdown)
     replies = [
         "Sure! Here they are: {params: start=30, step: five",  # no JSON anywhere
-        json.dumps({"proposals": [
-            {"params": {"start": 24, "step": 4}, "rationale": "A: six ticks"},
-            {"params": {"start": 500, "step": 5}, "rationale": "out of bounds"},
-            {"params": {"start": 25, "step": 4}, "rationale": "generation fails"},
-            {"params": {"start": 60, "step": 2}, "rationale": "thirty ticks: the oracle runs out of turns"}]}),
-        _fenced([
-            {"params": countdown.levels[2].model_dump(), "rationale": "a copy of an eval preset"},
-            {"params": {"start": 36, "step": 6}, "rationale": "B: six ticks"},
-            {"params": {"start": 24, "step": 4, "level": 1}, "rationale": "A again, level spelled out"},
-            {"params": {"start": 90, "step": 9}, "rationale": "hard for this model"}]),
+        json.dumps(
+            {
+                "proposals": [
+                    {"params": {"start": 24, "step": 4}, "rationale": "A: six ticks"},
+                    {"params": {"start": 500, "step": 5}, "rationale": "out of bounds"},
+                    {"params": {"start": 25, "step": 4}, "rationale": "generation fails"},
+                    {"params": {"start": 60, "step": 2}, "rationale": "thirty ticks: the oracle runs out of turns"},
+                ]
+            }
+        ),
+        _fenced(
+            [
+                {"params": countdown.levels[2].model_dump(), "rationale": "a copy of an eval preset"},
+                {"params": {"start": 36, "step": 6}, "rationale": "B: six ticks"},
+                {"params": {"start": 24, "step": 4, "level": 1}, "rationale": "A again, level spelled out"},
+                {"params": {"start": 90, "step": 9}, "rationale": "hard for this model"},
+            ]
+        ),
     ]
     requests: list[dict] = []
     script = ReplyScript(replies)
-    cfg = SynthesisConfig(synthesizer="llm", n_per_cluster=8, max_clusters=1, min_cluster_size=1,
-                          instances_per_variant=2, calibration_samples=4)
+    cfg = SynthesisConfig(
+        synthesizer="llm",
+        n_per_cluster=8,
+        max_clusters=1,
+        min_cluster_size=1,
+        instances_per_variant=2,
+        calibration_samples=4,
+    )
     with ScriptedEndpoint(lambda body: (requests.append(body), script(body))[1]) as server:
         cfg.llm = SynthesisLLMConfig(model="scripted", base_url=server.url, max_requests=3)
         summary = synthesize(store, "count-run", cfg, policy=HalfRight(), run_id="synth-1")
@@ -194,8 +232,10 @@ def test_llm_synthesizer_accepts_and_rejects_each_reply_exactly_as_expected(stor
     assert summary.accepted == 2 and summary.proposed == 9 and len(requests) == 3
 
     accepted_instances = {i for r in rows if r["status"] == "accepted" for i in r["instance_ids"]}
-    synthesized = store.query("SELECT i.instance_id, i.split, v.status FROM instances i JOIN variants v "
-                              "USING (variant_id) WHERE i.origin = 'synthesized'")
+    synthesized = store.query(
+        "SELECT i.instance_id, i.split, v.status FROM instances i JOIN variants v "
+        "USING (variant_id) WHERE i.origin = 'synthesized'"
+    )
     trained = {r["instance_id"] for r in synthesized if r["split"] == "train"}
     assert trained == accepted_instances and len(accepted_instances) == 4
     probes = {r["instance_id"] for r in synthesized if r["split"] == "probe"}  # held out, from fresh seeds
@@ -205,8 +245,12 @@ def test_llm_synthesizer_accepts_and_rejects_each_reply_exactly_as_expected(stor
 
     first = requests[0]
     assert first["response_format"]["type"] == "json_schema"
-    assert first["response_format"]["json_schema"]["schema"]["properties"]["proposals"]["items"]["properties"][
-        "params"]["properties"]["start"]["maximum"] == 100
+    assert (
+        first["response_format"]["json_schema"]["schema"]["properties"]["proposals"]["items"]["properties"]["params"][
+            "properties"
+        ]["start"]["maximum"]
+        == 100
+    )
     prompt = first["messages"][-1]["content"]
     assert "Count the ticks" in prompt and '"maximum": 100' in prompt and "### Episode 1" in prompt
     assert "miscount" in prompt  # the cluster's label names its category
@@ -236,8 +280,9 @@ def test_an_endpoint_that_refuses_json_schema_is_asked_again_without_it(store, c
 
 def test_an_unreachable_llm_fails_the_run_and_writes_no_variant(store, countdown) -> None:
     _countdown_failures(store, countdown)
-    cfg = SynthesisConfig(synthesizer="llm", llm=SynthesisLLMConfig(model="m", base_url="http://127.0.0.1:9/v1",
-                                                                    max_retries=0, timeout=2))
+    cfg = SynthesisConfig(
+        synthesizer="llm", llm=SynthesisLLMConfig(model="m", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=2)
+    )
     with pytest.raises(SynthesisError, match="cannot reach LLM endpoint http://127.0.0.1:9/v1"):
         synthesize(store, "count-run", cfg, run_id="synth-down")
     assert store.scalar("SELECT count(*) FROM variants") == 0
@@ -246,7 +291,7 @@ def test_an_unreachable_llm_fails_the_run_and_writes_no_variant(store, countdown
 
 def test_replies_are_read_from_prose_fences_bare_lists_and_after_reasoning() -> None:
     assert read_proposals('{"proposals": [{"params": {"a": 1}}]}') == ([{"params": {"a": 1}}], None)
-    assert read_proposals("Sure.\n```json\n[{\"a\": 1}, {\"a\": 2}]\n```\nDone.") == ([{"a": 1}, {"a": 2}], None)
+    assert read_proposals('Sure.\n```json\n[{"a": 1}, {"a": 2}]\n```\nDone.') == ([{"a": 1}, {"a": 2}], None)
     assert read_proposals('<think>let me see {"a": 0}</think>Here: {"variants": [{"a": 3}]} ok') == ([{"a": 3}], None)
     assert read_proposals('My proposal is {"a": 4} and nothing else.') == ([{"a": 4}], None)
     items, problem = read_proposals("I cannot help with that.")
@@ -278,11 +323,17 @@ def test_validation_names_the_reason_of_every_rejection(store) -> None:
     ]
     result = validate_proposals(store, proposals, ValidationSettings(instances_per_variant=3), OraclePolicy())
     kinds = {v.proposal.rationale: v.reject_kind for v in result.verdicts}
-    assert kinds == {"ok": RejectKind.TOO_EASY, "steps too large": RejectKind.INVALID_PARAMS,
-                     "unknown key": RejectKind.INVALID_PARAMS, "repeated operator": RejectKind.INVALID_PARAMS,
-                     "a list": RejectKind.NOT_AN_OBJECT, "eval preset": RejectKind.EVAL_SPLIT,
-                     "the train instance's params": RejectKind.DUPLICATE, "ok again": RejectKind.DUPLICATE,
-                     None: RejectKind.INVALID_JSON}
+    assert kinds == {
+        "ok": RejectKind.TOO_EASY,
+        "steps too large": RejectKind.INVALID_PARAMS,
+        "unknown key": RejectKind.INVALID_PARAMS,
+        "repeated operator": RejectKind.INVALID_PARAMS,
+        "a list": RejectKind.NOT_AN_OBJECT,
+        "eval preset": RejectKind.EVAL_SPLIT,
+        "the train instance's params": RejectKind.DUPLICATE,
+        "ok again": RejectKind.DUPLICATE,
+        None: RejectKind.INVALID_JSON,
+    }
     reasons = {v.proposal.rationale: v.reject_reason for v in result.verdicts}
     assert "steps = 30" in reasons["steps too large"] and "colour is not a known field" in reasons["unknown key"]
     assert "oracle passed 4 of 4" in reasons["ok"] and "the band is 10%-90%" in reasons["ok"]
@@ -336,17 +387,23 @@ def test_mutation_variants_concentrate_in_the_planted_failing_region(planted: St
 
 
 def test_variant_lineage_answers_a_variants_cluster_and_failed_episodes_in_sql(planted: Store) -> None:
-    variant = planted.query("SELECT variant_id, cluster_id, parent_instance_ids, instance_ids FROM variants "
-                            "WHERE status = 'accepted' ORDER BY variant_id LIMIT 1")[0]
+    variant = planted.query(
+        "SELECT variant_id, cluster_id, parent_instance_ids, instance_ids FROM variants "
+        "WHERE status = 'accepted' ORDER BY variant_id LIMIT 1"
+    )[0]
     lineage = planted.query("SELECT * FROM variant_lineage WHERE variant_id = ?", [variant["variant_id"]])
-    members = planted.query("SELECT episode_id, instance_id FROM failures WHERE cluster_id = ?", [variant["cluster_id"]])
+    members = planted.query(
+        "SELECT episode_id, instance_id FROM failures WHERE cluster_id = ?", [variant["cluster_id"]]
+    )
     assert {r["failed_episode_id"] for r in lineage} == {m["episode_id"] for m in members}
     assert {r["cluster_id"] for r in lineage} == {variant["cluster_id"]}
     assert {r["failure_run_id"] for r in lineage} == {RUN_ID}
     assert all(r["termination"] in ("wrong_answer", "max_turns", "invalid_tool_call", "format_error") for r in lineage)
     assert {r["failed_instance_id"] for r in lineage if r["parent"]} == set(variant["parent_instance_ids"])
-    instances = planted.query("SELECT instance_id FROM instances WHERE variant_id = ? AND origin = 'synthesized' "
-                              "AND split = 'train'", [variant["variant_id"]])
+    instances = planted.query(
+        "SELECT instance_id FROM instances WHERE variant_id = ? AND origin = 'synthesized' AND split = 'train'",
+        [variant["variant_id"]],
+    )
     assert {r["instance_id"] for r in instances} == set(variant["instance_ids"])
 
 
@@ -365,9 +422,23 @@ def test_synthesize_command_prints_verdicts_and_its_errors_are_one_line(planted:
     assert "variants for planted (mutate)" in out.stdout and "already recorded" in out.stdout
     no_model = run_cli("synthesize", "--run", RUN_ID, "--synthesizer", "llm", "--db", str(planted.path), cwd=tmp_path)
     assert no_model.returncode == 2 and no_model.stderr.strip() == (
-        "error: synthesis.llm.model is required for the llm synthesizer (pass --model)")
-    down = run_cli("synthesize", "--run", RUN_ID, "-s", "llm", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
-                   "--db", str(planted.path), cwd=tmp_path, env={"CAMPFLOW__SYNTHESIS__LLM__MAX_RETRIES": "0"})
+        "error: synthesis.llm.model is required for the llm synthesizer (pass --model)"
+    )
+    down = run_cli(
+        "synthesize",
+        "--run",
+        RUN_ID,
+        "-s",
+        "llm",
+        "--model",
+        "m",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--db",
+        str(planted.path),
+        cwd=tmp_path,
+        env={"CAMPFLOW__SYNTHESIS__LLM__MAX_RETRIES": "0"},
+    )
     assert down.returncode == 1 and down.stderr.count("\n") == 1 and "cannot reach LLM endpoint" in down.stderr
 
 
@@ -390,11 +461,15 @@ def test_curriculum_moves_each_bootcamp_and_cluster_once_per_training_run(plante
     train = train_instances(calc, 10, seed=5, levels=[1]) + train_instances(maze, 10, seed=5, levels=[1])
     cluster_instances = planted.query(
         "SELECT i.instance_id, i.params, i.seed, i.bootcamp, v.cluster_id FROM instances i JOIN variants v "
-        "USING (variant_id) WHERE v.bootcamp = 'calculator' ORDER BY i.instance_id")
+        "USING (variant_id) WHERE v.bootcamp = 'calculator' ORDER BY i.instance_id"
+    )
     cluster_id = cluster_instances[0]["cluster_id"]
     level = current_level(planted, "calculator", cluster_id)
-    synthesized = [calc.generate(json.loads(r["params"]), r["seed"]) for r in cluster_instances
-                   if r["cluster_id"] == cluster_id and json.loads(r["params"])["level"] == level]
+    synthesized = [
+        calc.generate(json.loads(r["params"]), r["seed"])
+        for r in cluster_instances
+        if r["cluster_id"] == cluster_id and json.loads(r["params"])["level"] == level
+    ]
     planted.write_instances(train, split="train")
 
     class SolvesCalculator(Policy):

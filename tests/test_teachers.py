@@ -15,8 +15,17 @@ from campflow.testing.endpoint import OracleScript, ScriptedEndpoint
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
-TINY_QWEN3 = {"corpus_per_level": 4, "vocab_size": 600, "hidden_size": 64, "intermediate_size": 128, "layers": 2,
-              "heads": 2, "kv_heads": 1, "max_positions": 1024, "chat_template": "qwen3"}
+TINY_QWEN3 = {
+    "corpus_per_level": 4,
+    "vocab_size": 600,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "layers": 2,
+    "heads": 2,
+    "kv_heads": 1,
+    "max_positions": 1024,
+    "chat_template": "qwen3",
+}
 
 
 class ThinkingScript:
@@ -39,10 +48,20 @@ class ThinkingScript:
 
 
 def _cfg(ws, url: str, teacher: str, **extra):
-    overrides = {"workspace.path": str(ws), "training.bootcamps": ["calculator"], "training.levels": [1],
-                 "training.collect_n": 6, "training.teacher": teacher, "training.self_samples": 2,
-                 "training.tiny": TINY_QWEN3, "serving.kind": "endpoint", "serving.base_url": url,
-                 "serving.model": "scripted", "eval.bootcamps": ["calculator"], "rollout.workers": 1}
+    overrides = {
+        "workspace.path": str(ws),
+        "training.bootcamps": ["calculator"],
+        "training.levels": [1],
+        "training.collect_n": 6,
+        "training.teacher": teacher,
+        "training.self_samples": 2,
+        "training.tiny": TINY_QWEN3,
+        "serving.kind": "endpoint",
+        "serving.base_url": url,
+        "serving.model": "scripted",
+        "eval.bootcamps": ["calculator"],
+        "rollout.workers": 1,
+    }
     overrides.update(extra)
     return load_config(None, overrides, env={})
 
@@ -67,14 +86,25 @@ def test_self_teacher_rows_keep_each_turns_reasoning_as_a_qwen3_template_renders
             runs = collect_teachers(cfg, servers, base.path, "c1", None)
         assert server.requests > 0
     assert runs == ["c1-collect", "c1-collect-oracle"]
-    oracle_ids = {r["instance_id"] for r in store.query("SELECT DISTINCT instance_id FROM episodes "
-                                                         "WHERE run_id = 'c1-collect-oracle'")}
+    oracle_ids = {
+        r["instance_id"]
+        for r in store.query("SELECT DISTINCT instance_id FROM episodes WHERE run_id = 'c1-collect-oracle'")
+    }
     assert oracle_ids == {i.id for i in train} - {i.id for i in known}
 
-    rows = list(datasets.load_from_disk(str(store.query(
-        "SELECT path FROM datasets WHERE dataset_id = ?", [build_dataset_task(cfg, runs, str(base.path))])[0]["path"])))
+    rows = list(
+        datasets.load_from_disk(
+            str(
+                store.query(
+                    "SELECT path FROM datasets WHERE dataset_id = ?", [build_dataset_task(cfg, runs, str(base.path))]
+                )[0]["path"]
+            )
+        )
+    )
     teachers = {r["instance_id"]: (r["teacher"], r["oracle_no_reasoning"]) for r in rows}
-    assert {i: t for i, t in teachers.items() if i in oracle_ids} == {i: ("demonstrator", True) for i in oracle_ids}  # the oracle teacher plays grounded
+    assert {i: t for i, t in teachers.items() if i in oracle_ids} == {
+        i: ("demonstrator", True) for i in oracle_ids
+    }  # the oracle teacher plays grounded
     assert {t for i, t in teachers.items() if i not in oracle_ids} == {("scripted", False)}
     tok = AutoTokenizer.from_pretrained(base.path)
     checked = 0
@@ -92,8 +122,13 @@ def test_self_teacher_rows_keep_each_turns_reasoning_as_a_qwen3_template_renders
     assert checked >= 2 * len(known)  # every kept assistant turn, a call and an answer per episode at least
 
     cfg.training.exclude_oracle_for_thinking = True
-    without = datasets.load_from_disk(str(store.query(
-        "SELECT path FROM datasets WHERE dataset_id = ?", [build_dataset_task(cfg, runs, str(base.path))])[0]["path"]))
+    without = datasets.load_from_disk(
+        str(
+            store.query(
+                "SELECT path FROM datasets WHERE dataset_id = ?", [build_dataset_task(cfg, runs, str(base.path))]
+            )[0]["path"]
+        )
+    )
     assert set(without["teacher"]) == {"scripted"}
 
 

@@ -27,12 +27,30 @@ def _one_episode_per_termination(store: Store) -> None:
     instance = registry.make("calculator").generate(1, 0)
     store.write_instances([instance], split="train")
     store.start_run("r", "evaluate", {}, "m")
-    store.write_episodes([
-        Episode(run_id="r", instance_id=instance.id, bootcamp="calculator", model_id="m", sample=n,
-                reward=float(t == Termination.SOLVED), success=t == Termination.SOLVED, termination=t, turns=1,
-                tool_calls=1, invalid_calls=0, prompt_tokens=0, completion_tokens=0, latency_s=0.0, wall_s=0.0,
-                transcript=[], level=1)
-        for n, t in enumerate(Termination)])
+    store.write_episodes(
+        [
+            Episode(
+                run_id="r",
+                instance_id=instance.id,
+                bootcamp="calculator",
+                model_id="m",
+                sample=n,
+                reward=float(t == Termination.SOLVED),
+                success=t == Termination.SOLVED,
+                termination=t,
+                turns=1,
+                tool_calls=1,
+                invalid_calls=0,
+                prompt_tokens=0,
+                completion_tokens=0,
+                latency_s=0.0,
+                wall_s=0.0,
+                transcript=[],
+                level=1,
+            )
+            for n, t in enumerate(Termination)
+        ]
+    )
 
 
 def test_views_and_queries_put_every_termination_in_its_group(store: Store) -> None:
@@ -47,7 +65,8 @@ def test_views_and_queries_put_every_termination_in_its_group(store: Store) -> N
     watched = {Termination(r["termination"]) for r in store.query("SELECT termination FROM new_failures")}
     assert watched == MODEL_FAILURES
     assert {sample for _, sample in store.completed_keys("r")} == {
-        n for n, t in enumerate(Termination) if not t.is_retryable}
+        n for n, t in enumerate(Termination) if not t.is_retryable
+    }
     population = Population.load(store, "r", "calculator")
     assert population.episodes.tolist() == [len(COUNTED)] and population.failures.tolist() == [len(MODEL_FAILURES)]
     (decision,) = update_curriculum(store, "r")
@@ -57,9 +76,13 @@ def test_views_and_queries_put_every_termination_in_its_group(store: Store) -> N
 def test_no_module_spells_out_a_list_of_terminations_by_hand() -> None:
     value = "|".join(t.value for t in Termination)
     hand_written = re.compile(rf"'({value})'\s*,\s*'({value})'")
-    offenders = [f"{p.relative_to(PACKAGE.parent)}:{n}" for p in sorted(PACKAGE.rglob("*.py"))
-                 if p.name != "episode.py" for n, line in enumerate(p.read_text().splitlines(), 1)
-                 if hand_written.search(line)]
+    offenders = [
+        f"{p.relative_to(PACKAGE.parent)}:{n}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.name != "episode.py"
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if hand_written.search(line)
+    ]
     assert not offenders, f"take the list from rollout.episode (storage.schema.sql_values): {offenders}"
     assert all(f"'{t.value}'" in "".join(VIEWS.values()) for t in MODEL_FAILURES | RETRYABLE)
 

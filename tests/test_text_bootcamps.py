@@ -27,8 +27,13 @@ LONG = "x" * 100_000
 # What a policy that calls the final tool at once earns, at most, per bootcamp: nothing is done yet,
 # and every goal condition starts unmet.
 NOOP_BOUND = {"filesystem": 0.0, "sql": 0.0, "shop": 0.0, "calendar": 0.0, "wordle": 0.0}
-NOOP_ACTION = {"filesystem": Action("done"), "sql": Action("submit", {"answer": ""}), "shop": Action("checkout"),
-               "calendar": Action("done"), "wordle": Action("give_up")}
+NOOP_ACTION = {
+    "filesystem": Action("done"),
+    "sql": Action("submit", {"answer": ""}),
+    "shop": Action("checkout"),
+    "calendar": Action("done"),
+    "wordle": Action("give_up"),
+}
 
 
 def _instances(name: str, seeds: range = SEEDS) -> list[Instance]:
@@ -50,8 +55,7 @@ def _call(b: Bootcamp, inst: Instance, state: State, name: str, **arguments: Any
     return b.call(inst, state, name, args)
 
 
-def _rejects(b: Bootcamp, inst: Instance, state: State, name: str, arguments: dict[str, Any],
-             *fragments: str) -> str:
+def _rejects(b: Bootcamp, inst: Instance, state: State, name: str, arguments: dict[str, Any], *fragments: str) -> str:
     """Assert that a call raises ToolError naming ``fragments`` and leaves the world as it was."""
     before = _snapshot(state)
     with pytest.raises(ToolError) as err:
@@ -144,14 +148,26 @@ def test_filesystem_refuses_paths_outside_the_workspace_and_leaves_the_tree_alon
     for inst in _instances("filesystem", range(5)):
         state = b.new_state(inst)
         src = inst.data["rules"][0].get("paths", [p[0] for p in inst.data["rules"][0].get("pairs", [])])[0]
-        for bad, expected in [("../etc/passwd", "'..'"), ("inbox/../../x", "'..'"), ("/etc/passwd", "outside"),
-                              ("/workspace/../etc", "'..'"), ("~/notes", "outside"), ("/tmp", "outside"),
-                              (LONG, "100000 characters"), ("inbox/bad name!", "bad name"),
-                              ("/".join(["d"] * 12), "12 folders deep")]:
-            for tool, args in [("ls", {"path": bad}), ("cat", {"path": bad}), ("mkdir", {"path": bad}),
-                               ("rm", {"path": bad}), ("write", {"path": bad, "content": "x"}),
-                               ("mv", {"source": bad, "destination": "inbox"}),
-                               ("mv", {"source": src, "destination": bad})]:
+        for bad, expected in [
+            ("../etc/passwd", "'..'"),
+            ("inbox/../../x", "'..'"),
+            ("/etc/passwd", "outside"),
+            ("/workspace/../etc", "'..'"),
+            ("~/notes", "outside"),
+            ("/tmp", "outside"),
+            (LONG, "100000 characters"),
+            ("inbox/bad name!", "bad name"),
+            ("/".join(["d"] * 12), "12 folders deep"),
+        ]:
+            for tool, args in [
+                ("ls", {"path": bad}),
+                ("cat", {"path": bad}),
+                ("mkdir", {"path": bad}),
+                ("rm", {"path": bad}),
+                ("write", {"path": bad, "content": "x"}),
+                ("mv", {"source": bad, "destination": "inbox"}),
+                ("mv", {"source": src, "destination": bad}),
+            ]:
                 message = _rejects(b, inst, state, tool, args, expected, "expected")
                 assert bad[:30] in message or "characters long" in message
         _rejects(b, inst, state, "write", {"path": "new.txt", "content": LONG}, "100000", "at most 10000")
@@ -278,8 +294,9 @@ def test_sql_stops_queries_that_never_end_and_cuts_long_results() -> None:
         assert state.db.steps == MAX_STEPS + STEP_BATCH
     growing = "WITH RECURSIVE c(x) AS (SELECT 'a' UNION ALL SELECT x || x FROM c) SELECT length(x) FROM c LIMIT 60"
     _rejects(b, inst, state, "query", {"sql": growing}, f"grew past {MAX_VALUE_CHARS} characters, the limit")
-    rows = _call(b, inst, state, "query", sql="WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
-                                              "SELECT x FROM c").text
+    rows = _call(
+        b, inst, state, "query", sql="WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c"
+    ).text
     assert rows.splitlines()[1:51] == [str(i) for i in range(1, 51)] and "there are more" in rows
 
 
@@ -303,8 +320,11 @@ def test_sql_gold_query_returns_the_stored_answer_for_every_instance() -> None:
 
 def test_sql_list_answers_earn_f1_partial_credit() -> None:
     b = registry.make("sql")
-    lists = [i for i in _instances("sql", range(40)) if i.data["question"]["kind"] == "names"
-             and len(i.data["question"]["answer"]) >= 2]
+    lists = [
+        i
+        for i in _instances("sql", range(40))
+        if i.data["question"]["kind"] == "names" and len(i.data["question"]["answer"]) >= 2
+    ]
     assert lists
     for inst in lists:
         right = inst.data["question"]["answer"]
@@ -329,18 +349,46 @@ def test_shop_refuses_unknown_products_options_and_pages_by_name() -> None:
         _rejects(b, inst, state, "view", {"product_id": "B00000"}, "'B00000'", "expected an id")
         _rejects(b, inst, state, "view", {"product_id": LONG}, "unknown product id", "...")
         _rejects(b, inst, state, "add_to_cart", {"product_id": "nope", "options": good}, "'nope'")
-        _rejects(b, inst, state, "add_to_cart", {"product_id": target["id"], "options": {**good, dim: "plaid"}},
-                 "'plaid'", "expected one of", values[0])
-        _rejects(b, inst, state, "add_to_cart", {"product_id": target["id"], "options": {**good, "flavor": "x"}},
-                 "no option 'flavor'", dim)
-        _rejects(b, inst, state, "add_to_cart", {"product_id": target["id"],
-                                                 "options": {d: v for d, v in good.items() if d != dim}},
-                 f"choose a {dim}")
-        _rejects(b, inst, state, "add_to_cart", {"product_id": target["id"], "options": {**good, dim: LONG}},
-                 "does not come in", "...")
+        _rejects(
+            b,
+            inst,
+            state,
+            "add_to_cart",
+            {"product_id": target["id"], "options": {**good, dim: "plaid"}},
+            "'plaid'",
+            "expected one of",
+            values[0],
+        )
+        _rejects(
+            b,
+            inst,
+            state,
+            "add_to_cart",
+            {"product_id": target["id"], "options": {**good, "flavor": "x"}},
+            "no option 'flavor'",
+            dim,
+        )
+        _rejects(
+            b,
+            inst,
+            state,
+            "add_to_cart",
+            {"product_id": target["id"], "options": {d: v for d, v in good.items() if d != dim}},
+            f"choose a {dim}",
+        )
+        _rejects(
+            b,
+            inst,
+            state,
+            "add_to_cart",
+            {"product_id": target["id"], "options": {**good, dim: LONG}},
+            "does not come in",
+            "...",
+        )
         for page in (0, -1, 10**18):
-            _rejects(b, inst, state, "search", {"query": target["category"], "page": page}, f"page {page}",
-                     "expected 1 to")
+            _rejects(
+                b, inst, state, "search", {"query": target["category"], "page": page}, f"page {page}", "expected 1 to"
+            )
         _rejects(b, inst, state, "search", {"query": LONG}, "100000 characters", "expected 1 to 200")
         _rejects(b, inst, state, "search", {"query": "?!"}, "no words")
 
@@ -357,8 +405,13 @@ def test_shop_rewards_near_misses_below_half_and_other_kinds_with_nothing() -> N
             assert 0.0 < score.reward < 0.5 and not score.success, score
         other = next(p for p in inst.data["products"] if p["category"] != goal["category"])
         state = b.new_state(inst)
-        b.apply(inst, state, Action("add_to_cart", {"product_id": other["id"],
-                                                    "options": {d: v[0] for d, v in other["options"].items()}}))
+        b.apply(
+            inst,
+            state,
+            Action(
+                "add_to_cart", {"product_id": other["id"], "options": {d: v[0] for d, v in other["options"].items()}}
+            ),
+        )
         b.apply(inst, state, Action("checkout"))
         assert b.score(inst, state, ()).details["reason"] == "wrong_category"
 
@@ -380,8 +433,7 @@ def test_calendar_refuses_bad_days_times_durations_people_and_ids_by_name() -> N
             _rejects(b, inst, state, "create_event", {**ok, "start": bad_time}, "expected")
         _rejects(b, inst, state, "create_event", {**ok, "start": "10:10"}, "quarter hour")
         for bad_len in (-30, 0, 10, 481, 10**18):
-            _rejects(b, inst, state, "create_event", {**ok, "duration": bad_len}, f"duration {bad_len}",
-                     "15 to 480")
+            _rejects(b, inst, state, "create_event", {**ok, "duration": bad_len}, f"duration {bad_len}", "15 to 480")
         _rejects(b, inst, state, "create_event", {**ok, "start": "23:30", "duration": 60}, "after midnight")
         _rejects(b, inst, state, "create_event", {**ok, "title": LONG}, "100000 characters", "1 to 80")
         _rejects(b, inst, state, "create_event", {**ok, "attendees": ["Mallory"]}, "'Mallory'", who[0])
@@ -389,8 +441,15 @@ def test_calendar_refuses_bad_days_times_durations_people_and_ids_by_name() -> N
         _rejects(b, inst, state, "create_event", {**ok, "attendees": []}, "0 attendees")
         _rejects(b, inst, state, "find_free_slots", {"attendees": who, "day": day, "duration": -15}, "-15")
         for bad_id in ("e999", "", LONG):
-            _rejects(b, inst, state, "move_event", {"event_id": bad_id, "day": day, "start": "10:00"},
-                     "unknown event id", "e1")
+            _rejects(
+                b,
+                inst,
+                state,
+                "move_event",
+                {"event_id": bad_id, "day": day, "start": "10:00"},
+                "unknown event id",
+                "e1",
+            )
             _rejects(b, inst, state, "cancel_event", {"event_id": bad_id}, "unknown event id")
         _rejects(b, inst, state, "move_event", {"event_id": eid, "day": day, "start": "23:45"}, "after midnight")
 
@@ -408,8 +467,20 @@ def test_calendar_generates_consistent_calendars_and_fails_any_collateral_change
         touched = {r.get(k) for r in d["requests"] for k in ("id", "movable")}
         other = next((e for e in d["events"] if e["id"] not in touched), None)
         extra = copy.deepcopy(solved)
-        b.apply(inst, extra, Action("create_event", {"title": "Extra", "attendees": [sorted(d["people"])[0]],
-                                                     "day": d["days"][0], "start": "00:00", "duration": 15}))
+        b.apply(
+            inst,
+            extra,
+            Action(
+                "create_event",
+                {
+                    "title": "Extra",
+                    "attendees": [sorted(d["people"])[0]],
+                    "day": d["days"][0],
+                    "start": "00:00",
+                    "duration": 15,
+                },
+            ),
+        )
         assert b.score(inst, extra, ()).details["reason"] == "extra_event"
         if other is not None:
             cancelled = copy.deepcopy(solved)
@@ -422,18 +493,39 @@ def test_calendar_double_booking_scores_zero() -> None:
     b = registry.make("calendar")
     for inst in _instances("calendar", range(20)):
         state = b.new_state(inst)
-        create = next(r for r in inst.data["requests"] if r["kind"] == "create") if any(
-            r["kind"] == "create" for r in inst.data["requests"]) else None
+        create = (
+            next(r for r in inst.data["requests"] if r["kind"] == "create")
+            if any(r["kind"] == "create" for r in inst.data["requests"])
+            else None
+        )
         if create is None:
             continue
-        busy = next((e for e in inst.data["events"] if set(e["attendees"]) & set(create["attendees"])
-                     and e["day"] in create["days"] and e["id"] not in {r.get("movable") for r in
-                                                                          inst.data["requests"]}), None)
+        busy = next(
+            (
+                e
+                for e in inst.data["events"]
+                if set(e["attendees"]) & set(create["attendees"])
+                and e["day"] in create["days"]
+                and e["id"] not in {r.get("movable") for r in inst.data["requests"]}
+            ),
+            None,
+        )
         if busy is None:
             continue
-        obs = b.apply(inst, state, Action("create_event", {
-            "title": create["title"], "attendees": create["attendees"], "day": busy["day"],
-            "start": f"{busy['start'] // 60:02d}:{busy['start'] % 60:02d}", "duration": create["duration"]}))
+        obs = b.apply(
+            inst,
+            state,
+            Action(
+                "create_event",
+                {
+                    "title": create["title"],
+                    "attendees": create["attendees"],
+                    "day": busy["day"],
+                    "start": f"{busy['start'] // 60:02d}:{busy['start'] % 60:02d}",
+                    "duration": create["duration"],
+                },
+            ),
+        )
         assert "Warning: overlaps" in obs.text
         assert b.score(inst, state, ()).reward == 0.0
 
@@ -441,15 +533,18 @@ def test_calendar_double_booking_scores_zero() -> None:
 # -- wordle ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("guess", "target", "colors"), [
-    ("crane", "crane", "green green green green green"),
-    ("speed", "abide", "gray gray yellow gray yellow"),  # the second e has no e left to match
-    ("llama", "hello", "yellow yellow gray gray gray"),  # hello has two l's, so both are yellow
-    ("eerie", "there", "yellow gray yellow gray green"),  # the green e uses one of two; one e is left
-    ("apple", "paper", "yellow yellow green gray yellow"),
-    ("robot", "floor", "yellow yellow gray green gray"),
-    ("sissy", "oasis", "yellow yellow green gray gray"),  # oasis has two s: one green, one for the first s
-])
+@pytest.mark.parametrize(
+    ("guess", "target", "colors"),
+    [
+        ("crane", "crane", "green green green green green"),
+        ("speed", "abide", "gray gray yellow gray yellow"),  # the second e has no e left to match
+        ("llama", "hello", "yellow yellow gray gray gray"),  # hello has two l's, so both are yellow
+        ("eerie", "there", "yellow gray yellow gray green"),  # the green e uses one of two; one e is left
+        ("apple", "paper", "yellow yellow green gray yellow"),
+        ("robot", "floor", "yellow yellow gray green gray"),
+        ("sissy", "oasis", "yellow yellow green gray gray"),  # oasis has two s: one green, one for the first s
+    ],
+)
 def test_wordle_feedback_handles_repeated_letters_like_the_game(guess: str, target: str, colors: str) -> None:
     from campflow.bootcamps.wordle.bootcamp import feedback, render
 
@@ -492,8 +587,13 @@ def test_wordle_refuses_non_words_and_hard_mode_violations_without_spending_a_gu
     b = registry.make("wordle")
     for inst in [i for i in _instances("wordle", range(10)) if i.params.hard_mode]:
         state = b.new_state(inst)
-        for bad, named in ((LONG, "100000 characters"), ("abc", "'abc'"), ("12345", "'12345'"),
-                           ("zzzzz", "not in the dictionary"), ("", "5 letters")):
+        for bad, named in (
+            (LONG, "100000 characters"),
+            ("abc", "'abc'"),
+            ("12345", "'12345'"),
+            ("zzzzz", "not in the dictionary"),
+            ("", "5 letters"),
+        ):
             _rejects(b, inst, state, "guess", {"word": bad}, named, "expected")
         b.apply(inst, state, b.oracle(inst, state))
         first, code = state.guesses[0], state.codes[0]
@@ -502,8 +602,7 @@ def test_wordle_refuses_non_words_and_hard_mode_violations_without_spending_a_gu
         cs = colors(code)
         for w in word_list():
             greens_kept = all(w[i] == first[i] for i in range(5) if cs[i] == 2)
-            yellows_used = all(w.count(ch) >= sum(1 for p, c in zip(first, cs) if p == ch and c)
-                               for ch in set(first))
+            yellows_used = all(w.count(ch) >= sum(1 for p, c in zip(first, cs) if p == ch and c) for ch in set(first))
             if not (greens_kept and yellows_used):
                 _rejects(b, inst, state, "guess", {"word": w}, "hard mode", repr(w))
                 break
@@ -516,8 +615,13 @@ def test_wordle_rewards_solving_at_par_fully_later_less_and_never_for_running_ou
         late = b.new_state(inst)
         wrong = next(w for w in ("about", "other") if w != inst.data["target"])
         for _ in range(budget - par):
-            b.apply(inst, late, Action("guess", {"word": wrong}) if not inst.params.hard_mode or not late.guesses
-                    else Action("guess", {"word": late.guesses[-1]}))
+            b.apply(
+                inst,
+                late,
+                Action("guess", {"word": wrong})
+                if not inst.params.hard_mode or not late.guesses
+                else Action("guess", {"word": late.guesses[-1]}),
+            )
         while not late.finished:
             b.apply(inst, late, b.oracle(inst, late))
         score = b.score(inst, late, ())

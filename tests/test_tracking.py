@@ -25,7 +25,9 @@ def test_an_unknown_tracker_is_one_line_naming_it_and_the_known_ones() -> None:
 def test_a_tracker_that_is_not_installed_is_one_line_saying_how_to_install_it() -> None:
     from transformers.integrations import get_available_reporting_integrations
 
-    missing = next(n for n in ("clearml", "neptune", "dvclive", "swanlab") if n not in get_available_reporting_integrations())
+    missing = next(
+        n for n in ("clearml", "neptune", "dvclive", "swanlab") if n not in get_available_reporting_integrations()
+    )
     with pytest.raises(ConfigError, match=f"'{missing}' is not installed here \\(pip install {missing}\\)"):
         tracking_args([missing], "sft-abc")
 
@@ -38,12 +40,17 @@ def test_tensorboard_receives_the_loss_curve_the_store_keeps(tmp_path: Path) -> 
     from campflow.training.sft import train_sft
 
     store = Store(tmp_path / "campflow.duckdb")
-    tinymodel.build_tiny_model(tmp_path / "base", TinyModelConfig(**fixed_chats.TINY), ["fixed"],
-                               texts=fixed_chats.corpus(tinymodel.chat_template()))
+    tinymodel.build_tiny_model(
+        tmp_path / "base",
+        TinyModelConfig(**fixed_chats.TINY),
+        ["fixed"],
+        texts=fixed_chats.corpus(tinymodel.chat_template()),
+    )
     checkpoints.register(store, "base-fixed", "base", tmp_path / "base")
     dataset = fixed_chats.save_sft_dataset(store, tmp_path / "ds")
-    result = train_sft(store, tmp_path, "base-fixed", dataset, SFTConfig(max_steps=3, batch_size=4),
-                       report_to=["tensorboard"])
+    result = train_sft(
+        store, tmp_path, "base-fixed", dataset, SFTConfig(max_steps=3, batch_size=4), report_to=["tensorboard"]
+    )
     model_id = result.checkpoint.model_id
     events = list((tmp_path / "runs" / model_id).rglob("events.out.tfevents.*"))
     assert len(events) == 1, "the event file outlives the run, under <workspace>/runs/<checkpoint id>"

@@ -26,8 +26,9 @@ TEXT = [e.name for e in registry.entries() if e.modality == "text" and e.origin 
 def small(tmp_path_factory):
     """A workspace with a small base model and oracle + noisy episodes on train and eval instances."""
     ws = tmp_path_factory.mktemp("train")
-    cfg = load_config(None, {"workspace.path": str(ws), "training.tiny.corpus_per_level": 8,
-                             "training.levels": [1, 2]}, env={})
+    cfg = load_config(
+        None, {"workspace.path": str(ws), "training.tiny.corpus_per_level": 8, "training.levels": [1, 2]}, env={}
+    )
     store = Store(cfg.workspace.db_path)
     base = ensure_base(store, cfg)
     train = [i for b in ("calculator", "maze") for i in train_instances(registry.make(b), 24, levels=[1, 2])]
@@ -74,9 +75,11 @@ def test_trl_parses_a_tool_call_the_tokenizer_renders(small) -> None:
     tok = add_response_schema(AutoTokenizer.from_pretrained(base.path))
     call = {"type": "function", "function": {"name": "calculate", "arguments": {"expression": "12 + 305"}}}
     prompt = [{"role": "user", "content": "add"}]
-    full = tok.apply_chat_template(prompt + [{"role": "assistant", "content": "", "tool_calls": [call]}], tokenize=False)
+    full = tok.apply_chat_template(
+        prompt + [{"role": "assistant", "content": "", "tool_calls": [call]}], tokenize=False
+    )
     head = tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    completion = tok(full[len(head):])["input_ids"]
+    completion = tok(full[len(head) :])["input_ids"]
     parsed = tok.parse_response(completion, prefix="")
     assert parsed["tool_calls"][0]["function"] == call["function"]
     digits = [tok.decode([i]) for i in tok("305")["input_ids"]]
@@ -115,8 +118,9 @@ def test_an_eval_instance_recorded_as_train_is_still_caught_by_its_seed(small) -
     leak = eval_instances(registry.make("calculator"), 6)[5]  # never recorded as eval in this store
     store.write_instances([leak], split="train")  # a wrong record: an eval-range seed marked as train
     store.start_run("leaky", "collect", {}, "oracle")
-    store.write_episodes(asyncio.run(run_episodes([EpisodeSpec(registry.make("calculator"), leak)],
-                                                  OraclePolicy(), run_id="leaky")))
+    store.write_episodes(
+        asyncio.run(run_episodes([EpisodeSpec(registry.make("calculator"), leak)], OraclePolicy(), run_id="leaky"))
+    )
     build = build_sft_dataset(store, cfg.workspace.path, ["leaky", "teacher"], cfg.training.filter)
     assert build.dropped["eval_split"] == 8 + 1  # the planted eval instances, and the mislabelled one
     assert leak.id not in {r["instance_id"] for r in _rows(build.path)}
@@ -171,8 +175,15 @@ def test_sft_then_rl_record_the_lineage_base_sft_rl(small) -> None:
     sft_cfg = cfg.training.sft.model_copy(update={"max_steps": 3, "batch_size": 4})
     sft = train_sft(store, cfg.workspace.path, base.model_id, build.dataset_id, sft_cfg)
     assert sft.metrics["loss_curve"][-1][1] < sft.metrics["loss_curve"][0][1]
-    rl_cfg = cfg.training.rl.model_copy(update={"max_steps": 1, "num_generations": 2, "prompts_per_step": 2,
-                                                "instances_per_bootcamp": 2, "max_completion_length": 48})
+    rl_cfg = cfg.training.rl.model_copy(
+        update={
+            "max_steps": 1,
+            "num_generations": 2,
+            "prompts_per_step": 2,
+            "instances_per_bootcamp": 2,
+            "max_completion_length": 48,
+        }
+    )
     rl = train_rl(store, cfg.workspace.path, sft.checkpoint.model_id, ["calculator", "maze"], rl_cfg, [1])
     rows = {r["kind"]: r for r in store.query("SELECT * FROM checkpoints")}
     assert rows["sft"]["parent_model_id"] == base.model_id and rows["sft"]["dataset_id"] == build.dataset_id
@@ -198,9 +209,15 @@ def test_the_models_own_loss_equals_trls_fused_loss_on_the_same_batch(small, tmp
     train = datasets.load_from_disk(str(build.path))
     tokenizer = AutoTokenizer.from_pretrained(base.path)
     model = AutoModelForCausalLM.from_pretrained(base.path)
-    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, report_to=[],
-                     assistant_only_loss=True, disable_tqdm=True, **resolve_hardware("cpu").trainer_args,
-                     **checkpointing_arg(SFTConfig, False))
+    args = SFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        report_to=[],
+        assistant_only_loss=True,
+        disable_tqdm=True,
+        **resolve_hardware("cpu").trainer_args,
+        **checkpointing_arg(SFTConfig, False),
+    )
     ours = sft_trainer(False, model=model, args=args, train_dataset=train, processing_class=tokenizer)
     trls = sft_trainer(True, model=model, args=args, train_dataset=train, processing_class=tokenizer)
     batch = next(iter(ours.get_train_dataloader()))

@@ -89,10 +89,15 @@ def test_every_image_in_oracle_episodes_is_a_valid_png_of_the_declared_size(name
                 assert _decode(png).size == size, (name, level, inst.seed)
 
 
-@pytest.mark.parametrize(("name", "params"), [
-    ("gridworld", {"width": 7, "height": 5, "cell_px": 17}), ("gridworld", {"cell_px": 17, "show_coordinates": False}),
-    ("chart", {"width": 361, "height": 281}), ("gui", {"screen_width": 401, "screen_height": 241, "fields": 6}),
-])
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("gridworld", {"width": 7, "height": 5, "cell_px": 17}),
+        ("gridworld", {"cell_px": 17, "show_coordinates": False}),
+        ("chart", {"width": 361, "height": 281}),
+        ("gui", {"screen_width": 401, "screen_height": 241, "fields": 6}),
+    ],
+)
 def test_odd_image_sizes_decode_too(name: str, params: dict) -> None:
     b = registry.make(name)
     for seed in range(10):
@@ -175,7 +180,7 @@ def test_gridworld_text_map_shows_walls_objects_and_you_where_the_identity_has_t
             lines = b.prompt(inst)[1]["content"].split("Map:\n", 1)[1].splitlines()
             if p.show_coordinates:
                 assert lines[0].strip() == "".join(str(x % 10) for x in range(p.width))
-                lines = [ln[3:] for ln in lines[1: p.height + 1]]
+                lines = [ln[3:] for ln in lines[1 : p.height + 1]]
             rows = lines[: p.height]
             expected = [list(r) for r in d["grid"]]
             for k in d["keys"]:
@@ -205,8 +210,10 @@ def test_chart_text_table_holds_exactly_the_values_the_chart_was_drawn_from() ->
             assert (f"Footnote: {d['footnote']}" in text) == bool(d["footnote"])
 
 
-_WIDGET_LINE = re.compile(r'^(?:(text field|checkbox|dropdown) "([^"]+)"|partly hidden widget) '
-                          r'\((\d+), (-?\d+), (\d+), (-?\d+)\)(?:: (checked|unchecked|"[^"]*")( \[focused\])?|; .*)$')
+_WIDGET_LINE = re.compile(
+    r'^(?:(text field|checkbox|dropdown) "([^"]+)"|partly hidden widget) '
+    r'\((\d+), (-?\d+), (\d+), (-?\d+)\)(?:: (checked|unchecked|"[^"]*")( \[focused\])?|; .*)$'
+)
 
 
 def _check_screen(inst: Instance, state, text: str) -> None:
@@ -228,8 +235,11 @@ def _check_screen(inst: Instance, state, text: str) -> None:
             continue
         assert (kind.split()[0], label, bool(focused)) == (w["kind"], w["label"], state.focus == w["id"])
         v = state.values[w["id"]]
-        assert value == (("checked" if v else "unchecked") if w["kind"] == "checkbox" else
-                         json.dumps("Select..." if v is None else v))
+        assert value == (
+            ("checked" if v else "unchecked")
+            if w["kind"] == "checkbox"
+            else json.dumps("Select..." if v is None else v)
+        )
     for button in d["buttons"]:
         assert f'"{button["label"]}" {tuple(button["box"])}' in text
 
@@ -261,8 +271,11 @@ def test_gridworld_doors_open_only_with_their_key_and_the_oracle_fetches_every_k
             while not state.finished:
                 action = b.oracle(inst, state)
                 if action.name == "unlock":
-                    door = next(d["color"] for d in inst.data["doors"] if d["color"] not in state.opened
-                                and d["color"] in state.held)
+                    door = next(
+                        d["color"]
+                        for d in inst.data["doors"]
+                        if d["color"] not in state.opened and d["color"] in state.held
+                    )
                     bare = copy.deepcopy(state)
                     bare.held.remove(door)
                     with pytest.raises(ToolError, match=f"needs the {door} key"):
@@ -282,8 +295,12 @@ def test_chart_answers_within_the_tolerance_score_one_and_others_zero_with_a_rea
             numbers = inst.data["expression"].split(" ")
             misread = " ".join([str(float(numbers[0]) + step), *numbers[1:]])  # the first value a step too high
             a, b_ = float(numbers[0]), float(numbers[2])
-            cases = [(expected * (1 + tol * 0.9), None), (-expected, "sign"), (evaluate(misread), "misread"),
-                     (expected * 7.3, "wrong_value")]
+            cases = [
+                (expected * (1 + tol * 0.9), None),
+                (-expected, "sign"),
+                (evaluate(misread), "misread"),
+                (expected * 7.3, "wrong_value"),
+            ]
             if len(numbers) == 3:  # two values: the other operators on them are a wrong operation
                 cases.append((a + b_ if numbers[1] != "+" else a * b_, "wrong_operation"))
             for answer, reason in cases:
@@ -316,8 +333,9 @@ def test_gui_changing_a_field_outside_the_goal_costs_success() -> None:
     for seed in range(10):
         inst = b.generate(2, seed)
         state, _ = b.solve(inst)
-        other = next((w for w in inst.data["widgets"] if w["id"] not in inst.data["targets"]
-                      and w["kind"] == "checkbox"), None)
+        other = next(
+            (w for w in inst.data["widgets"] if w["id"] not in inst.data["targets"] and w["kind"] == "checkbox"), None
+        )
         if other is None:
             continue
         state.values[other["id"]] = not other["initial"]
@@ -367,8 +385,11 @@ def test_gridworld_refuses_unknown_directions_walls_locked_doors_and_missing_key
         _refused(b, inst, state, "move", {"direction": LONG}, "unknown direction 'xxx", "expected one of")
         _refused(b, inst, state, "unlock", {"direction": "northwest"}, "'northwest'", "expected one of")
         _refused(b, inst, state, "pick_up", {}, "no key at", "stand on a key first")
-        walls = [n for n, (dx, dy) in {"north": (0, -1), "south": (0, 1), "east": (1, 0), "west": (-1, 0)}.items()
-                 if inst.data["grid"][state.y + dy][state.x + dx] == "#"]
+        walls = [
+            n
+            for n, (dx, dy) in {"north": (0, -1), "south": (0, 1), "east": (1, 0), "west": (-1, 0)}.items()
+            if inst.data["grid"][state.y + dy][state.x + dx] == "#"
+        ]
         for direction in walls:
             _refused(b, inst, state, "move", {"direction": direction}, "is a wall")
             _refused(b, inst, state, "unlock", {"direction": direction}, "no door", "expected a direction")
@@ -396,10 +417,17 @@ def test_gui_refuses_off_screen_clicks_oversized_text_and_unknown_scrolls() -> N
         inst = b.generate(4, seed)
         w, h = inst.data["image_size"]
         state = b.new_state(inst)
-        for x, y, bad in ((-1, 5, "x = -1"), (5, -40, "y = -40"), (10**12, 5, f"x = {10**12}"),
-                          (w, 0, f"x = {w}"), (0, h, f"y = {h}"), (10**30, 10**30, "x = 1000000000000000000000")):
-            _refused(b, inst, state, "click", {"x": x, "y": y}, bad, f"expected 0 <= {bad[0]} < ",
-                     f"the screen is {w}x{h}")
+        for x, y, bad in (
+            (-1, 5, "x = -1"),
+            (5, -40, "y = -40"),
+            (10**12, 5, f"x = {10**12}"),
+            (w, 0, f"x = {w}"),
+            (0, h, f"y = {h}"),
+            (10**30, 10**30, "x = 1000000000000000000000"),
+        ):
+            _refused(
+                b, inst, state, "click", {"x": x, "y": y}, bad, f"expected 0 <= {bad[0]} < ", f"the screen is {w}x{h}"
+            )
         _refused(b, inst, state, "type", {"text": "hello"}, "no text field has focus", "click a text field first")
         _refused(b, inst, state, "scroll", {"direction": "sideways"}, "'sideways'", "expected up or down")
         _refused(b, inst, state, "scroll", {"direction": LONG}, "unknown direction 'xxx", "expected up or down")
@@ -417,12 +445,22 @@ def test_huge_numbers_from_a_model_are_refused_naming_the_value() -> None:
     b = registry.make("gui")
     inst = b.generate(1, 0)
     tools = {t.name: t for t in b.tools(inst)}
-    call = parse_turn("", [{"id": "c", "type": "function", "function": {
-        "name": "click", "arguments": '{"x": 123456789012345678901234567890, "y": 5}'}}], tools).calls[0]
+    call = parse_turn(
+        "",
+        [
+            {
+                "id": "c",
+                "type": "function",
+                "function": {"name": "click", "arguments": '{"x": 123456789012345678901234567890, "y": 5}'},
+            }
+        ],
+        tools,
+    ).calls[0]
     assert call.error is None
     _refused(b, inst, b.new_state(inst), "click", call.arguments.model_dump(), "x = 123456789012345678901234567890")
-    call = parse_turn("", [{"id": "c", "type": "function", "function": {
-        "name": "click", "arguments": '{"x": 1e30, "y": 5}'}}], tools).calls[0]
+    call = parse_turn(
+        "", [{"id": "c", "type": "function", "function": {"name": "click", "arguments": '{"x": 1e30, "y": 5}'}}], tools
+    ).calls[0]
     assert call.error is not None and "x = 1e+30" in call.error
 
 
@@ -440,8 +478,12 @@ def test_noisy_oracle_episodes_end_as_model_failures_never_infra_errors(name: st
     from campflow.agents.oracle import NoisyOraclePolicy
 
     b = registry.make(name)
-    specs = [EpisodeSpec(b, b.generate({**b.levels[level].model_dump(), "observation": mode}, s))
-             for level in _levels(name) for mode in ("image", "text") for s in range(10)]
+    specs = [
+        EpisodeSpec(b, b.generate({**b.levels[level].model_dump(), "observation": mode}, s))
+        for level in _levels(name)
+        for mode in ("image", "text")
+        for s in range(10)
+    ]
     episodes = _play(specs, NoisyOraclePolicy(p_wrong_move=0.3, p_malformed=0.1, p_wrong_answer=0.2, seed=1))
     assert all(e.termination.is_model_failure or e.termination == Termination.SOLVED for e in episodes)
     assert {Termination.SOLVED, Termination.WRONG_ANSWER} <= {e.termination for e in episodes}
@@ -474,28 +516,34 @@ def test_a_policy_that_ends_at_once_scores_at_most_the_noop_bound(name: str) -> 
 # -- params -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "params", "message"), [
-    ("gridworld", {"width": 6, "doors": 2}, "too narrow for 2 door"),
-    ("chart", {"kind": "pie", "value_labels": False}, "expected value_labels = true"),
-    ("chart", {"value_labels": False, "gridlines": False}, "expected gridlines = true"),
-    ("chart", {"questions": ["series_difference"], "series": 1}, "expected series >= 2"),
-    ("chart", {"categories": 8, "series": 3, "width": 360}, "too narrow for value labels"),
-    ("gui", {"fields": 3, "targets": 5}, "expected targets <= fields"),
-    ("gui", {"kinds": "tt"}, "repeats a letter"),
-    ("gui", {"observation": "audio"}, "observation = 'audio'"),
-])
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        ("gridworld", {"width": 6, "doors": 2}, "too narrow for 2 door"),
+        ("chart", {"kind": "pie", "value_labels": False}, "expected value_labels = true"),
+        ("chart", {"value_labels": False, "gridlines": False}, "expected gridlines = true"),
+        ("chart", {"questions": ["series_difference"], "series": 1}, "expected series >= 2"),
+        ("chart", {"categories": 8, "series": 3, "width": 360}, "too narrow for value labels"),
+        ("gui", {"fields": 3, "targets": 5}, "expected targets <= fields"),
+        ("gui", {"kinds": "tt"}, "repeats a letter"),
+        ("gui", {"observation": "audio"}, "observation = 'audio'"),
+    ],
+)
 def test_inconsistent_params_are_refused_with_the_reason(name: str, params: dict, message: str) -> None:
     with pytest.raises(InvalidParamsError, match=re.escape(message)):
         registry.make(name).params({"level": 1, **params})
 
 
-@pytest.mark.parametrize(("name", "params"), [
-    ("gridworld", {"width": 13, "height": 5, "doors": 3, "spare_keys": 2, "wall_density": 0.35}),
-    ("gridworld", {"width": 16, "height": 16, "wall_density": 0.35, "cell_px": 16}),
-    ("chart", {"kind": "line", "categories": 8, "series": 3, "max_value": 10, "height": 280}),
-    ("chart", {"kind": "pie", "categories": 6, "series": 3, "decimals": 1}),
-    ("gui", {"fields": 14, "targets": 8, "kinds": "tcd", "options": 8, "screen_height": 240}),
-])
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("gridworld", {"width": 13, "height": 5, "doors": 3, "spare_keys": 2, "wall_density": 0.35}),
+        ("gridworld", {"width": 16, "height": 16, "wall_density": 0.35, "cell_px": 16}),
+        ("chart", {"kind": "line", "categories": 8, "series": 3, "max_value": 10, "height": 280}),
+        ("chart", {"kind": "pie", "categories": 6, "series": 3, "decimals": 1}),
+        ("gui", {"fields": 14, "targets": 8, "kinds": "tcd", "options": 8, "screen_height": 240}),
+    ],
+)
 def test_extreme_params_still_give_solvable_instances(name: str, params: dict) -> None:
     b = registry.make(name)
     for seed in range(40):

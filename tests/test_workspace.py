@@ -38,7 +38,8 @@ def new_process() -> None:
 
 
 def test_eval_collect_dataset_synthesis_rl_environments_and_report_resolve_an_import_through_the_workspace(
-        prefect_harness, tmp_path: Path) -> None:
+    prefect_harness, tmp_path: Path
+) -> None:
     pytest.importorskip("datasets")
     from campflow.config import load_config
     from campflow.flows.collect import collect
@@ -51,9 +52,17 @@ def test_eval_collect_dataset_synthesis_rl_environments_and_report_resolve_an_im
 
     ws = Workspace(tmp_path / "ws")
     import_bootcamp(GCD, ws.store)
-    settings = {"workspace.path": str(ws.path), "eval.bootcamps": [GCD.name], "eval.n": 12,
-                "policy.kind": "noisy", "policy.noise.p_wrong_answer": 0.5, "training.bootcamps": [GCD.name],
-                "training.collect_n": 4, "synthesis.min_cluster_size": 1, "synthesis.calibration_samples": 0}
+    settings = {
+        "workspace.path": str(ws.path),
+        "eval.bootcamps": [GCD.name],
+        "eval.n": 12,
+        "policy.kind": "noisy",
+        "policy.noise.p_wrong_answer": 0.5,
+        "training.bootcamps": [GCD.name],
+        "training.collect_n": 4,
+        "synthesis.min_cluster_size": 1,
+        "synthesis.calibration_samples": 0,
+    }
     cfg = load_config(None, settings)
 
     new_process()
@@ -67,8 +76,10 @@ def test_eval_collect_dataset_synthesis_rl_environments_and_report_resolve_an_im
     new_process()
     taught = collect(load_config(None, {**settings, "policy.kind": "oracle"}), run_id="teach")
     assert taught.ran == 4 and taught.pass_rates == {GCD.name: 1.0}  # training.collect_n of them
-    from_variants = ws.store.scalar("SELECT count(*) FROM episodes JOIN instances i USING (instance_id) "
-                                    "WHERE run_id = 'teach' AND i.origin = 'synthesized' AND i.split = 'train'")
+    from_variants = ws.store.scalar(
+        "SELECT count(*) FROM episodes JOIN instances i USING (instance_id) "
+        "WHERE run_id = 'teach' AND i.origin = 'synthesized' AND i.split = 'train'"
+    )
     assert from_variants == 2  # synthesis.share = 0.5 of them
     new_process()
     dataset_id = build_dataset_task.fn(cfg, ["teach"])
@@ -86,8 +97,9 @@ def test_eval_collect_dataset_synthesis_rl_environments_and_report_resolve_an_im
     cycle = cycles.start(ws.store, "cycle-imported")
     cycles.save_step(ws.store, cycle, "variants", eval_before="eval", eval_after="teach")
     config = tmp_path / "campflow.yaml"
-    config.write_text(yaml.safe_dump({"workspace": {"path": str(ws.path)},
-                                      "improve": {"reports_dir": str(tmp_path / "reports")}}))
+    config.write_text(
+        yaml.safe_dump({"workspace": {"path": str(ws.path)}, "improve": {"reports_dir": str(tmp_path / "reports")}})
+    )
     report = run_cli("report", "--cycle", "cycle-imported", "--config", str(config), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert GCD.name in report.stdout and (tmp_path / "reports" / "cycle-imported" / "index.html").exists()
@@ -100,13 +112,16 @@ def test_a_fresh_process_that_opens_the_workspace_resolves_imports_with_plain_re
     ws = Workspace(tmp_path / "ws")
     import_bootcamp(GCD, ws.store)
     here = [registry.make(GCD.name).generate(level, 3).id for level in (1, 2)]
-    code = ("import json, sys\n"
-            "from campflow.bootcamps import registry\n"
-            "from campflow.storage.workspace import Workspace\n"
-            "Workspace(sys.argv[1])\n"
-            f"print(json.dumps([registry.make({GCD.name!r}).generate(lv, 3).id for lv in (1, 2)]))\n")
-    out = subprocess.run([sys.executable, "-c", code, str(ws.path)], capture_output=True, text=True, check=True,
-                         cwd="/")
+    code = (
+        "import json, sys\n"
+        "from campflow.bootcamps import registry\n"
+        "from campflow.storage.workspace import Workspace\n"
+        "Workspace(sys.argv[1])\n"
+        f"print(json.dumps([registry.make({GCD.name!r}).generate(lv, 3).id for lv in (1, 2)]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(ws.path)], capture_output=True, text=True, check=True, cwd="/"
+    )
     assert json.loads(out.stdout) == here
 
 

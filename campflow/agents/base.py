@@ -66,5 +66,5 @@ class Policy(ABC):
     ) -> PolicyReply:
         """The next assistant turn for ``messages`` (OpenAI format) with ``tools`` (function schemas)."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 -- optional: most policies hold nothing to release
         """Release connections; called once when a batch of episodes is done."""

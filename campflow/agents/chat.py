@@ -34,9 +34,12 @@ def template_messages(transcript: Sequence[dict[str, Any]], *, strict: bool = Tr
             calls = []
             for call in message.get("tool_calls") or []:
                 fn = call.get("function") or {}
-                calls.append({"type": "function",
-                              "function": {"name": fn.get("name", ""),
-                                           "arguments": _arguments(fn.get("arguments"), strict)}})
+                calls.append(
+                    {
+                        "type": "function",
+                        "function": {"name": fn.get("name", ""), "arguments": _arguments(fn.get("arguments"), strict)},
+                    }
+                )
             if calls:
                 msg["tool_calls"] = calls
             if message.get("reasoning_content"):  # thinking templates render it; the others ignore it

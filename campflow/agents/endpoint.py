@@ -29,8 +29,15 @@ except ImportError:  # pragma: no cover
 # copied and normalized several times per request on the client; leaving these seven out measured
 # 15-25% less client CPU per call (benchmarks/bench_concurrency.py). `openai.omit` is the SDK's own way
 # to drop a default header.
-_PLATFORM_HEADERS = ("X-Stainless-Lang", "X-Stainless-Package-Version", "X-Stainless-OS", "X-Stainless-Arch",
-                     "X-Stainless-Runtime", "X-Stainless-Runtime-Version", "X-Stainless-Async")
+_PLATFORM_HEADERS = (
+    "X-Stainless-Lang",
+    "X-Stainless-Package-Version",
+    "X-Stainless-OS",
+    "X-Stainless-Arch",
+    "X-Stainless-Runtime",
+    "X-Stainless-Runtime-Version",
+    "X-Stainless-Async",
+)
 _CONTEXT_MARKERS = ("context length", "context_length", "context window", "maximum context", "too many tokens")
 
 
@@ -69,9 +76,11 @@ class EndpointPolicy(Policy):
         self.model_id = model
         self.base_url = base_url
         self.api_key = api_key or os.environ.get(api_key_env) or "not-needed"
-        self.sampling = {k: v for k, v in
-                         {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p}.items()
-                         if v is not None}
+        self.sampling = {
+            k: v
+            for k, v in {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p}.items()
+            if v is not None
+        }
         self.timeout, self.max_retries, self.transport = timeout, max_retries, transport
         self.extra_body = extra_body
         self.send_reasoning = send_reasoning
@@ -81,10 +90,14 @@ class EndpointPolicy(Policy):
         import openai  # deferred: `campflow --help` should not pay for the SDK
 
         base = openai.DefaultAioHttpClient if self.transport == "aiohttp" else openai.DefaultAsyncHttpxClient
-        return openai.AsyncOpenAI(api_key=self.api_key, base_url=self.base_url, timeout=self.timeout,
-                                  max_retries=self.max_retries,
-                                  default_headers={h: openai.omit for h in _PLATFORM_HEADERS},
-                                  http_client=_refusals_not_retried(base)(timeout=self.timeout))
+        return openai.AsyncOpenAI(
+            api_key=self.api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            default_headers={h: openai.omit for h in _PLATFORM_HEADERS},
+            http_client=_refusals_not_retried(base)(timeout=self.timeout),
+        )
 
     async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
         import openai
@@ -98,8 +111,9 @@ class EndpointPolicy(Policy):
             request.update(self.extra_body)
         try:
             # the client's default headers already say Content-Type: application/json
-            response = await self._client.post("/chat/completions", content=to_json_bytes(request),
-                                               cast_to=_HttpResponse)
+            response = await self._client.post(
+                "/chat/completions", content=to_json_bytes(request), cast_to=_HttpResponse
+            )
             body = from_json(response.content)
         except openai.APIStatusError as exc:
             message = _error_message(exc)
@@ -155,8 +169,9 @@ def _refusals_not_retried(base: type) -> type:
                 return await super().send(request, **kwargs)
             except Exception as exc:
                 if _refused(exc):
-                    raise openai.APIConnectionError(message="connection refused (nothing listens there)",
-                                                    request=request) from exc
+                    raise openai.APIConnectionError(
+                        message="connection refused (nothing listens there)", request=request
+                    ) from exc
                 raise
 
     return RefusalsNotRetried

@@ -23,20 +23,35 @@ def build_policy(cfg: PolicyConfig) -> Policy:
         n = cfg.noise
         return NoisyOraclePolicy(n.p_wrong_move, n.p_malformed, n.p_wrong_answer, seed=n.seed)
     if not cfg.model:
-        raise ConfigError(f"policy.model is required for policy kind {cfg.kind!r} "
-                          f"({'an endpoint model name' if cfg.kind == 'openai' else 'a local model path'})")
+        raise ConfigError(
+            f"policy.model is required for policy kind {cfg.kind!r} "
+            f"({'an endpoint model name' if cfg.kind == 'openai' else 'a local model path'})"
+        )
     if cfg.kind == "openai":
         from campflow.agents.endpoint import EndpointPolicy
 
         return EndpointPolicy(
-            cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env, temperature=cfg.temperature,
-            max_tokens=cfg.max_tokens, timeout=cfg.timeout, max_retries=cfg.max_retries,
-            transport=cfg.transport, send_reasoning=cfg.send_reasoning,
+            cfg.model,
+            base_url=cfg.base_url,
+            api_key_env=cfg.api_key_env,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            timeout=cfg.timeout,
+            max_retries=cfg.max_retries,
+            transport=cfg.transport,
+            send_reasoning=cfg.send_reasoning,
         )
     from campflow.agents.local import LocalPolicy
 
-    return LocalPolicy(cfg.model, batch_size=cfg.batch_size, max_new_tokens=cfg.max_tokens,
-                       temperature=cfg.temperature, seed=cfg.noise.seed, device=cfg.device, precision=cfg.precision)
+    return LocalPolicy(
+        cfg.model,
+        batch_size=cfg.batch_size,
+        max_new_tokens=cfg.max_tokens,
+        temperature=cfg.temperature,
+        seed=cfg.noise.seed,
+        device=cfg.device,
+        precision=cfg.precision,
+    )
 
 
 def policy_model_id(cfg: PolicyConfig) -> str:

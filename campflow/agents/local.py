@@ -26,7 +26,6 @@ from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.errors import ContextOverflowError, PolicyError
 from campflow.hardware import Hardware, resolve_hardware
 
-
 # transformers' from_pretrained swaps a class attribute (PreTrainedModel.tie_weights) for the duration
 # of a load, so two loads on two threads can leave weight tying switched off for the whole process
 # (and later models with an untied, empty lm_head). Every load in campflow holds this lock.
@@ -118,9 +117,18 @@ class LocalPolicy(Policy):
         device / precision: where and how the model runs (see :func:`campflow.hardware.resolve_hardware`).
     """
 
-    def __init__(self, path: str | Path, *, batch_size: int = 16, max_new_tokens: int = 256,
-                 temperature: float = 0.0, seed: int = 0, model_id: str | None = None, device: str = "auto",
-                 precision: str = "auto") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        batch_size: int = 16,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        seed: int = 0,
+        model_id: str | None = None,
+        device: str = "auto",
+        precision: str = "auto",
+    ) -> None:
         self.path = str(path)
         self.model_id = model_id or stamped_model_id(self.path) or self.path
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
@@ -157,8 +165,9 @@ class LocalPolicy(Policy):
             except Exception as exc:  # noqa: BLE001  (every waiting episode must hear about it)
                 for req in batch:
                     if not req.future.done():
-                        req.future.set_exception(exc if isinstance(exc, PolicyError)
-                                                 else PolicyError(f"local generation failed: {exc}"))
+                        req.future.set_exception(
+                            exc if isinstance(exc, PolicyError) else PolicyError(f"local generation failed: {exc}")
+                        )
                 continue
             for req, reply in zip(batch, replies):
                 if not req.future.done():
@@ -176,28 +185,45 @@ class LocalPolicy(Policy):
         limit = model.config.max_position_embeddings - self.max_new_tokens
         prompts: list[list[int] | Exception] = []
         for req in batch:
-            ids = tokenizer.apply_chat_template(template_messages(req.messages, strict=False), tools=req.tools or None,
-                                                add_generation_prompt=True, tokenize=True, return_dict=False)
+            ids = tokenizer.apply_chat_template(
+                template_messages(req.messages, strict=False),
+                tools=req.tools or None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+            )
             if len(ids) > limit:
-                prompts.append(ContextOverflowError(f"prompt of {len(ids)} tokens leaves no room for "
-                                                    f"{self.max_new_tokens} new ones in {limit + self.max_new_tokens}"))
+                prompts.append(
+                    ContextOverflowError(
+                        f"prompt of {len(ids)} tokens leaves no room for "
+                        f"{self.max_new_tokens} new ones in {limit + self.max_new_tokens}"
+                    )
+                )
             else:
                 prompts.append(list(ids))
         todo = [p for p in prompts if not isinstance(p, Exception)]
         outputs: list[list[int]] = []
         if todo:
             width = max(len(p) for p in todo)
-            input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in todo], device=model.device)
+            input_ids = torch.tensor(
+                [[tokenizer.pad_token_id] * (width - len(p)) + p for p in todo], device=model.device
+            )
             attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in todo], device=model.device)
-            sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else \
-                {"do_sample": False}
+            sampling = (
+                {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
+            )
             with lock, torch.inference_mode():
                 self._batches += 1
                 if self.temperature > 0:
                     torch.manual_seed(self.seed * 1_000_003 + self._batches)
-                generated = model.generate(input_ids=input_ids, attention_mask=attention,
-                                           max_new_tokens=self.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                           eos_token_id=tokenizer.eos_token_id, **sampling)
+                generated = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    max_new_tokens=self.max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                    **sampling,
+                )
             outputs = [row[width:].tolist() for row in generated]
         replies: list[PolicyReply | Exception] = []
         it = iter(outputs)
@@ -207,16 +233,26 @@ class LocalPolicy(Policy):
                 continue
             new = _until_eos(next(it), tokenizer.eos_token_id, tokenizer.pad_token_id)
             finish = "stop" if len(new) < self.max_new_tokens else "length"
-            reply = PolicyReply(content=tokenizer.decode(new, skip_special_tokens=True), prompt_tokens=len(p),
-                                completion_tokens=len(new), finish_reason=finish)
+            reply = PolicyReply(
+                content=tokenizer.decode(new, skip_special_tokens=True),
+                prompt_tokens=len(p),
+                completion_tokens=len(new),
+                finish_reason=finish,
+            )
             if self._format is not None and self._format.tool_calls == "parsed":
                 self._parse(reply, tokenizer, p, new, finish, req.tools or None)
             replies.append(reply)
         return replies
 
     @staticmethod
-    def _parse(reply: PolicyReply, tokenizer: Any, prompt: list[int], new: list[int], finish: str,
-               tools: list[dict[str, Any]] | None) -> None:
+    def _parse(
+        reply: PolicyReply,
+        tokenizer: Any,
+        prompt: list[int],
+        new: list[int],
+        finish: str,
+        tools: list[dict[str, Any]] | None,
+    ) -> None:
         """Native tool calls from a reply in a format the engine does not read (TRL's parser for it)."""
         from campflow.agents.templates import parse_reply
 

@@ -14,9 +14,14 @@ from campflow.serialization import to_json
 
 def native_call(action: Action, call_id: str) -> dict[str, Any]:
     """An :class:`Action` as a native OpenAI tool call."""
-    return {"id": call_id, "type": "function",
-            "function": {"name": action.name, "arguments": to_json(
-                action.arguments if type(action.arguments) is dict else dict(action.arguments))}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {
+            "name": action.name,
+            "arguments": to_json(action.arguments if type(action.arguments) is dict else dict(action.arguments)),
+        },
+    }
 
 
 class OraclePolicy(Policy):
@@ -68,14 +73,16 @@ class NoisyOraclePolicy(Policy):
         when: Callable[[Instance], bool] | None = None,
         model_id: str | None = None,
     ) -> None:
-        for key, p in (("p_wrong_move", p_wrong_move), ("p_malformed", p_malformed),
-                       ("p_wrong_answer", p_wrong_answer)):
+        for key, p in (
+            ("p_wrong_move", p_wrong_move),
+            ("p_malformed", p_malformed),
+            ("p_wrong_answer", p_wrong_answer),
+        ):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{key} = {p!r}: expected a probability in [0, 1]")
         self.p_wrong_move, self.p_malformed, self.p_wrong_answer = p_wrong_move, p_malformed, p_wrong_answer
         self.seed, self.when = seed, when
-        self.model_id = model_id or (
-            f"noisy(m{p_wrong_move:g},f{p_malformed:g},a{p_wrong_answer:g},s{seed})")
+        self.model_id = model_id or (f"noisy(m{p_wrong_move:g},f{p_malformed:g},a{p_wrong_answer:g},s{seed})")
 
     async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
         bootcamp, instance, state = context.bootcamp, context.instance, context.state
@@ -103,8 +110,11 @@ def _malformed(action: Action, call_id: str, rng: random.Random) -> PolicyReply:
     if kind == "no_tool_call":
         return PolicyReply(content="I think I know the answer, let me think about it more.")
     if kind == "invalid_json":
-        return PolicyReply(tool_calls=[{"id": call_id, "type": "function",
-                                        "function": {"name": action.name, "arguments": "{not json"}}])
+        return PolicyReply(
+            tool_calls=[
+                {"id": call_id, "type": "function", "function": {"name": action.name, "arguments": "{not json"}}
+            ]
+        )
     if kind == "unknown_tool":
         return PolicyReply(tool_calls=[native_call(Action("solve_everything", dict(action.arguments)), call_id)])
     args = dict(action.arguments)
@@ -113,4 +123,3 @@ def _malformed(action: Action, call_id: str, rng: random.Random) -> PolicyReply:
     else:
         args = {"unexpected": 1}
     return PolicyReply(tool_calls=[native_call(Action(action.name, args), call_id)])
-

@@ -75,8 +75,15 @@ def parse_reply(tokenizer: Any, text: str, prompt: str, tools: list[dict[str, An
     prefix = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     parsed = parse_response(tokenizer, ids, prefix=prefix, tools=tools)
     # no ids: the engine numbers calls by turn, so they are unique in the conversation
-    calls = [{"type": "function", "function": {"name": c["function"]["name"],
-                                               "arguments": json.dumps(c["function"]["arguments"])}}
-             for c in parsed.get("tool_calls") or []]
-    return {"content": parsed.get("content") or "", "tool_calls": calls or None,
-            "reasoning": parsed.get("reasoning_content") or None}
+    calls = [
+        {
+            "type": "function",
+            "function": {"name": c["function"]["name"], "arguments": json.dumps(c["function"]["arguments"])},
+        }
+        for c in parsed.get("tool_calls") or []
+    ]
+    return {
+        "content": parsed.get("content") or "",
+        "tool_calls": calls or None,
+        "reasoning": parsed.get("reasoning_content") or None,
+    }

@@ -124,14 +124,36 @@ from pydantic import BaseModel, ValidationError
 
 from campflow.bootcamps.schemas import Tool, clean_schema
 from campflow.bootcamps.values import (
-    Action, Instance, NoArgs, Observation, P, Params, S, Score, State, ToolArgs, format_validation_error,
+    Action,
+    Instance,
+    NoArgs,
+    Observation,
+    P,
+    Params,
+    S,
+    Score,
+    State,
+    ToolArgs,
+    format_validation_error,
     instance_id,
 )
 from campflow.errors import InvalidParamsError
 
 __all__ = [
-    "SYSTEM_PREAMBLE", "Action", "Bootcamp", "Instance", "NoArgs", "Observation", "Params", "Score", "State",
-    "Tool", "ToolArgs", "format_validation_error", "instance_id", "tool",
+    "SYSTEM_PREAMBLE",
+    "Action",
+    "Bootcamp",
+    "Instance",
+    "NoArgs",
+    "Observation",
+    "Params",
+    "Score",
+    "State",
+    "Tool",
+    "ToolArgs",
+    "format_validation_error",
+    "instance_id",
+    "tool",
 ]
 
 
@@ -231,8 +253,10 @@ class Bootcamp(Generic[P, S]):
                 if marker is None:
                     continue
                 if any(attr in vars(base) for base in Bootcamp.__mro__):
-                    raise TypeError(f"tool {cls.__name__}.{attr} would replace Bootcamp.{attr}; name the tool "
-                                    "something else (e.g. describe_table rather than describe)")
+                    raise TypeError(
+                        f"tool {cls.__name__}.{attr} would replace Bootcamp.{attr}; name the tool "
+                        "something else (e.g. describe_table rather than describe)"
+                    )
                 hints = get_type_hints(fn)
                 args_model = hints.get("args")
                 if not (isinstance(args_model, type) and issubclass(args_model, ToolArgs)):
@@ -480,8 +504,9 @@ class Bootcamp(Generic[P, S]):
             self.apply(instance, state, self.oracle(instance, state))
             if state.finished:
                 return state, self.score(instance, state, ())
-        raise RuntimeError(f"{self.name} oracle did not finish instance {instance.id} "
-                           f"within {self.max_turns(instance)} turns")
+        raise RuntimeError(
+            f"{self.name} oracle did not finish instance {instance.id} within {self.max_turns(instance)} turns"
+        )
 
     def is_final(self, name: str) -> bool:
         """Whether tool ``name`` ends the episode."""
@@ -500,8 +525,12 @@ class Bootcamp(Generic[P, S]):
             "levels": {lvl: p.model_dump(mode="json") for lvl, p in sorted(self.levels.items())},
             "params_schema": clean_schema(self.params_model.model_json_schema()),
             "tools": [
-                {"name": t.name, "final": t.final, "description": t.description,
-                 "parameters": t.schema()["function"]["parameters"]}
+                {
+                    "name": t.name,
+                    "final": t.final,
+                    "description": t.description,
+                    "parameters": t.schema()["function"]["parameters"],
+                }
                 for t in self._tools.values()
             ],
         }

@@ -48,8 +48,10 @@ def play_wrong_ending(bootcamp: Bootcamp, instance: Instance, sample: int = 0) -
         bootcamp.apply(instance, state, wrong_ending(bootcamp, instance, state, rng))
         if state.finished:
             return state, bootcamp.score(instance, state, ())
-    raise ContractError(f"{_where(bootcamp, instance)}: a wrong ending did not end the episode within "
-                        f"{bootcamp.max_turns(instance)} turns")
+    raise ContractError(
+        f"{_where(bootcamp, instance)}: a wrong ending did not end the episode within "
+        f"{bootcamp.max_turns(instance)} turns"
+    )
 
 
 def check_declarations(bootcamp: Bootcamp) -> None:
@@ -59,8 +61,10 @@ def check_declarations(bootcamp: Bootcamp) -> None:
         raise ContractError(f"{bootcamp.name} declares {len(bootcamp.levels)} levels; expected at least 3")
     for level, params in bootcamp.levels.items():
         if not (isinstance(params, bootcamp.params_model) and isinstance(params, Params)):
-            raise ContractError(f"{bootcamp.name} level {level} holds {type(params).__name__}; expected "
-                                f"{bootcamp.params_model.__name__}")
+            raise ContractError(
+                f"{bootcamp.name} level {level} holds {type(params).__name__}; expected "
+                f"{bootcamp.params_model.__name__}"
+            )
         if params.level != level:
             raise ContractError(f"{bootcamp.name} level {level} holds params of level {params.level}")
     if not any(t.final for t in bootcamp.tools(bootcamp.generate(None, 0))):
@@ -76,8 +80,10 @@ def check_oracle_solves(bootcamp: Bootcamp, level: int, seeds: Iterable[int] = S
         except RuntimeError as exc:
             raise ContractError(f"{_where(bootcamp, instance)}: {exc}") from None
         if not (score.success and score.reward == 1.0):
-            raise ContractError(f"{_where(bootcamp, instance)}: the oracle scored reward {score.reward}, "
-                                f"success {score.success} ({score.details}); expected 1.0 and True")
+            raise ContractError(
+                f"{_where(bootcamp, instance)}: the oracle scored reward {score.reward}, "
+                f"success {score.success} ({score.details}); expected 1.0 and True"
+            )
 
 
 def check_wrong_endings_bounded(bootcamp: Bootcamp, level: int, seeds: Iterable[int] = SEEDS) -> None:
@@ -87,9 +93,11 @@ def check_wrong_endings_bounded(bootcamp: Bootcamp, level: int, seeds: Iterable[
         instance = bootcamp.generate(level, seed)
         _, score = play_wrong_ending(bootcamp, instance)
         if score.success or score.reward > bootcamp.wrong_answer_bound:
-            raise ContractError(f"{_where(bootcamp, instance)}: a wrong ending scored reward {score.reward}, "
-                                f"success {score.success}; expected at most {bootcamp.wrong_answer_bound} "
-                                "and no success")
+            raise ContractError(
+                f"{_where(bootcamp, instance)}: a wrong ending scored reward {score.reward}, "
+                f"success {score.success}; expected at most {bootcamp.wrong_answer_bound} "
+                "and no success"
+            )
 
 
 def check_deterministic(bootcamp: Bootcamp, level: int, seeds: Iterable[int] = SEEDS) -> None:
@@ -100,12 +108,15 @@ def check_deterministic(bootcamp: Bootcamp, level: int, seeds: Iterable[int] = S
         a = bootcamp.generate(level, seed)
         b = bootcamp.generate(bootcamp.levels[level].model_dump(), seed)
         if a.id != b.id or a.data != b.data or bootcamp.prompt(a) != bootcamp.prompt(b):
-            raise ContractError(f"{_where(bootcamp, a)}: generating the same params and seed twice gave "
-                                "different instances or prompts; build and prompt may use only their rng")
+            raise ContractError(
+                f"{_where(bootcamp, a)}: generating the same params and seed twice gave "
+                "different instances or prompts; build and prompt may use only their rng"
+            )
         ids.add(a.id)
     if len(ids) < len(seeds):
-        raise ContractError(f"{bootcamp.name} level {level}: {len(seeds)} seeds gave only {len(ids)} "
-                            "distinct instances")
+        raise ContractError(
+            f"{bootcamp.name} level {level}: {len(seeds)} seeds gave only {len(ids)} distinct instances"
+        )
 
 
 def check_contract(bootcamp: Bootcamp, seeds: Iterable[int] = SEEDS) -> None:

@@ -29,7 +29,8 @@ class VisionParams(Params):
     """Base of every vision bootcamp's params: adds the observation mode."""
 
     observation: ObservationMode = Field(
-        "image", description="'image' renders PNG observations; 'text' describes the same facts in text")
+        "image", description="'image' renders PNG observations; 'text' describes the same facts in text"
+    )
 
 
 @functools.cache
@@ -44,8 +45,15 @@ def text_width(text: str, size: int) -> int:
     return int(font(size).getlength(text))
 
 
-def draw_text(image: Image.Image, xy: tuple[float, float], text: str, size: int, fill: RGB,
-              anchor: str = "la", stroke: RGB | None = None) -> None:
+def draw_text(
+    image: Image.Image,
+    xy: tuple[float, float],
+    text: str,
+    size: int,
+    fill: RGB,
+    anchor: str = "la",
+    stroke: RGB | None = None,
+) -> None:
     """Draw ``text`` on an RGB image like ``ImageDraw.text`` (same anchors), from a cached glyph mask.
 
     FreeType costs ~0.2 ms a string and a frame has dozens, most of them the same from frame to frame
@@ -65,8 +73,9 @@ def _text_mask(text: str, size: int, anchor: str, stroke_width: int) -> tuple[Im
     f = font(size)
     left, top, right, bottom = f.getbbox(text, anchor=anchor, stroke_width=stroke_width)
     mask = Image.new("L", (max(1, right - left), max(1, bottom - top)), 0)
-    ImageDraw.Draw(mask).text((-left, -top), text, font=f, fill=255, anchor=anchor, stroke_width=stroke_width,
-                              stroke_fill=255)
+    ImageDraw.Draw(mask).text(
+        (-left, -top), text, font=f, fill=255, anchor=anchor, stroke_width=stroke_width, stroke_fill=255
+    )
     return mask, left, top
 
 
@@ -91,11 +100,16 @@ def _png_4bit(image: Image.Image) -> bytes:
     compress and none of Pillow's per-save overhead, which together take ~40% off a gridworld frame."""
     w, h = image.size
     raw, stride = image.tobytes("raw", "P;4"), (w + 1) // 2  # rows padded to whole bytes, as PNG wants
-    rows = b"".join(b"\0" + raw[r * stride:(r + 1) * stride] for r in range(h))  # filter type 0 each row
-    chunks = [(b"IHDR", struct.pack(">IIBBBBB", w, h, 4, 3, 0, 0, 0)),  # 4-bit indexed colour
-              (b"PLTE", bytes(image.getpalette())), (b"IDAT", zlib.compress(rows, 1)), (b"IEND", b"")]
+    rows = b"".join(b"\0" + raw[r * stride : (r + 1) * stride] for r in range(h))  # filter type 0 each row
+    chunks = [
+        (b"IHDR", struct.pack(">IIBBBBB", w, h, 4, 3, 0, 0, 0)),  # 4-bit indexed colour
+        (b"PLTE", bytes(image.getpalette())),
+        (b"IDAT", zlib.compress(rows, 1)),
+        (b"IEND", b""),
+    ]
     return b"\x89PNG\r\n\x1a\n" + b"".join(
-        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data)) for kind, data in chunks)
+        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data)) for kind, data in chunks
+    )
 
 
 @functools.cache
@@ -116,8 +130,9 @@ def _palette(colors: tuple[RGB, ...]) -> Image.Image:
     return image
 
 
-def user_content(mode: ObservationMode, caption: str, render: Callable[[], bytes],
-                 describe: Callable[[], str]) -> str | list[dict[str, Any]]:
+def user_content(
+    mode: ObservationMode, caption: str, render: Callable[[], bytes], describe: Callable[[], str]
+) -> str | list[dict[str, Any]]:
     """The user message of a vision prompt: caption plus image, or caption plus text description.
 
     ``render`` and ``describe`` are called lazily so each mode pays only for what it shows.
@@ -127,16 +142,18 @@ def user_content(mode: ObservationMode, caption: str, render: Callable[[], bytes
     return f"{caption}\n\n{describe()}"
 
 
-def observe(mode: ObservationMode, caption: str, render: Callable[[], bytes], describe: Callable[[], str],
-            final: bool = False) -> Observation:
+def observe(
+    mode: ObservationMode, caption: str, render: Callable[[], bytes], describe: Callable[[], str], final: bool = False
+) -> Observation:
     """A tool observation in the instance's mode: caption with a PNG, or caption with the text view."""
     if mode == "image":
         return Observation(caption, image=render(), final=final)
     return Observation(f"{caption}\n\n{describe()}", final=final)
 
 
-def palette_canvas(size: tuple[int, int], colors: list[RGB],
-                   background: int = 0) -> tuple[Image.Image, ImageDraw.ImageDraw]:
+def palette_canvas(
+    size: tuple[int, int], colors: list[RGB], background: int = 0
+) -> tuple[Image.Image, ImageDraw.ImageDraw]:
     """A palette image filled with ``colors[background]``; draw with palette indices.
 
     Palette images encode about five times faster than RGB and the frames of a grid need few colours;

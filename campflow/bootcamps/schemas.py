@@ -47,9 +47,15 @@ class Tool:
             object.__setattr__(self, "_schema", cached)
         return cached
 
+
 _SCALARS: dict[Any, str] = {int: "integer", float: "number", str: "string", bool: "boolean", type(None): "null"}
-_BARE: dict[Any, dict[str, Any]] = {**{t: {"type": n} for t, n in _SCALARS.items()}, list: {"type": "array"},
-                                    tuple: {"type": "array"}, dict: {"type": "object"}, Any: {}}
+_BARE: dict[Any, dict[str, Any]] = {
+    **{t: {"type": n} for t, n in _SCALARS.items()},
+    list: {"type": "array"},
+    tuple: {"type": "array"},
+    dict: {"type": "object"},
+    Any: {},
+}
 
 
 def type_schema(hint: Any) -> dict[str, Any]:
@@ -59,8 +65,10 @@ def type_schema(hint: Any) -> dict[str, Any]:
         return _enum([m.value for m in hint])
     if origin is None:
         if hint not in _BARE:
-            raise TypeError(f"tool argument type {hint!r} has no chat-template schema; use str, int, float, bool, "
-                            "Literal, list, dict or unions of those")
+            raise TypeError(
+                f"tool argument type {hint!r} has no chat-template schema; use str, int, float, bool, "
+                "Literal, list, dict or unions of those"
+            )
         return dict(_BARE[hint])
     if origin is Union or origin is types.UnionType:
         subtypes = [type_schema(t) for t in args if t is not type(None)]

@@ -49,7 +49,10 @@ def eval_instances(bootcamp: Bootcamp, n: int, levels: Iterable[int] | None = No
 
 
 def train_instances(
-    bootcamp: Bootcamp, n: int, seed: int = 0, params: Params | int | None = None,
+    bootcamp: Bootcamp,
+    n: int,
+    seed: int = 0,
+    params: Params | int | None = None,
     levels: Iterable[int] | None = None,
 ) -> list[Instance]:
     """``n`` training instances with seeds drawn below the eval range, from ``seed``.
@@ -75,8 +78,9 @@ def assert_not_eval(instance_ids: Iterable[str], eval_ids: set[str], what: str =
         )
 
 
-def assert_not_held_out(instance_ids: Iterable[str], eval_ids: set[str], probe_ids: set[str],
-                        what: str = "dataset") -> None:
+def assert_not_held_out(
+    instance_ids: Iterable[str], eval_ids: set[str], probe_ids: set[str], what: str = "dataset"
+) -> None:
     """Raise SplitLeakError if any id belongs to the eval split or is a variant's probe instance."""
     ids = set(instance_ids)
     assert_not_eval(ids, eval_ids, what=what)

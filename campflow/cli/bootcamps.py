@@ -40,8 +40,11 @@ def list_command(config: Path | None = ConfigOption, db: Path | None = DbOption)
 
 
 @bootcamps_app.command("show")
-def show_command(name: str = typer.Argument(..., help="bootcamp name"), config: Path | None = ConfigOption,
-                 db: Path | None = DbOption) -> None:
+def show_command(
+    name: str = typer.Argument(..., help="bootcamp name"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
     """Explain a bootcamp: what it asks, its levels, params and tools."""
     from campflow.storage.workspace import Workspace
 
@@ -49,15 +52,36 @@ def show_command(name: str = typer.Argument(..., help="bootcamp name"), config: 
     console.print(Panel(Markdown(d["description"]), title=f"{d['name']} v{d['version']} ({d['modality']})"))
     levels = d["levels"]
     keys = [k for k in dict.fromkeys(k for p in levels.values() for k in p) if k != "level"]
-    console.print(table(["param", *[f"level {lvl}" for lvl in levels]],
-                        [(k, *[escape(str(p.get(k))) for p in levels.values()]) for k in keys], title="levels"))
+    console.print(
+        table(
+            ["param", *[f"level {lvl}" for lvl in levels]],
+            [(k, *[escape(str(p.get(k))) for p in levels.values()]) for k in keys],
+            title="levels",
+        )
+    )
     props = d["params_schema"].get("properties", {})
-    console.print(table(["param", "type", "bounds", "description"],
-                        [(k, v.get("type", ""), _bounds(v), v.get("description", "")) for k, v in props.items()],
-                        title="params (what synthesis may vary)"))
-    console.print(table(["tool", "ends episode", "arguments", "description"],
-                        [(t["name"], "yes" if t["final"] else "", ", ".join(t["parameters"].get("properties", {})),
-                          t["description"]) for t in d["tools"]], title="tools"))
+    console.print(
+        table(
+            ["param", "type", "bounds", "description"],
+            [(k, v.get("type", ""), _bounds(v), v.get("description", "")) for k, v in props.items()],
+            title="params (what synthesis may vary)",
+        )
+    )
+    console.print(
+        table(
+            ["tool", "ends episode", "arguments", "description"],
+            [
+                (
+                    t["name"],
+                    "yes" if t["final"] else "",
+                    ", ".join(t["parameters"].get("properties", {})),
+                    t["description"],
+                )
+                for t in d["tools"]
+            ],
+            title="tools",
+        )
+    )
 
 
 @bootcamps_app.command("sample")
@@ -79,8 +103,11 @@ def sample_command(
     console.print(f"[bold]{name}[/] level {instance.level}, seed {seed}, instance id {instance.id}")
     for schema in bootcamp.tool_schemas(instance):
         fn = schema["function"]
-        console.print(f"[cyan]tool[/] {escape(fn['name'])}: {escape(fn['description'])}  "
-                      f"[dim]{escape(json.dumps(fn['parameters'].get('properties', {})))}[/]", soft_wrap=True)
+        console.print(
+            f"[cyan]tool[/] {escape(fn['name'])}: {escape(fn['description'])}  "
+            f"[dim]{escape(json.dumps(fn['parameters'].get('properties', {})))}[/]",
+            soft_wrap=True,
+        )
     episode = asyncio.run(run_episode(EpisodeSpec(bootcamp, instance), DemonstratorPolicy()))
     first_image = None
     for msg in episode.transcript:

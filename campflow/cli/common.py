@@ -43,8 +43,9 @@ def bootcamp_names(option: str | None) -> list[str] | None:
     if not names:
         from campflow.errors import UnknownBootcampError
 
-        raise UnknownBootcampError(f"--bootcamps {option!r} names no bootcamp; expected a comma-separated list "
-                                   "such as calculator,maze, or all")
+        raise UnknownBootcampError(
+            f"--bootcamps {option!r} names no bootcamp; expected a comma-separated list such as calculator,maze, or all"
+        )
     return names
 
 
@@ -98,8 +99,9 @@ def resolve_local_model(cfg: CampflowConfig) -> None:
 def table(columns: list[str], rows: list[tuple[Any, ...]] | list[list[Any]], title: str | None = None) -> Table:
     """A rich table of ``rows``; numbers right-aligned, floats to four places."""
     t = Table(title=title, header_style="bold")
-    numeric = [bool(rows) and all(isinstance(r[i], int | float) or r[i] is None for r in rows)
-               for i in range(len(columns))]
+    numeric = [
+        bool(rows) and all(isinstance(r[i], int | float) or r[i] is None for r in rows) for i in range(len(columns))
+    ]
     for col, num in zip(columns, numeric):
         t.add_column(str(col), justify="right" if num else "left", overflow="fold")
     for row in rows:

@@ -9,7 +9,14 @@ import typer
 
 from campflow.cli import app
 from campflow.cli.common import (
-    ConfigOption, DbOption, bootcamp_names, config_with, console, resolve_local_model, table, when_stopped,
+    ConfigOption,
+    DbOption,
+    bootcamp_names,
+    config_with,
+    console,
+    resolve_local_model,
+    table,
+    when_stopped,
 )
 
 
@@ -36,10 +43,19 @@ def eval_command(
 ) -> None:
     """Evaluate a policy on bootcamps x the eval split x k samples and record every episode."""
     names = bootcamp_names(bootcamps)
-    cfg = config_with(config, db, **{
-        "policy.kind": policy, "policy.model": model, "policy.base_url": base_url, "eval.bootcamps": names,
-        "eval.n": n, "eval.samples": samples, "rollout.concurrency": concurrency,
-    })
+    cfg = config_with(
+        config,
+        db,
+        **{
+            "policy.kind": policy,
+            "policy.model": model,
+            "policy.base_url": base_url,
+            "eval.bootcamps": names,
+            "eval.n": n,
+            "eval.samples": samples,
+            "rollout.concurrency": concurrency,
+        },
+    )
     from campflow.storage.names import check_run_id
     from campflow.storage.workspace import Workspace
 
@@ -60,8 +76,10 @@ def eval_command(
     console.print(f"[bold]run[/] {summary.run_id}  [bold]model[/] {summary.model_id}")
     console.print(table(["bootcamp", "pass_rate"], list(summary.pass_rates.items())))
     console.print(table(list(summary.terminations), [tuple(summary.terminations.values())]))
-    console.print(f"ran {summary.ran} episode(s), kept {summary.skipped} from before; "
-                  f"inspect with: campflow sql \"SELECT * FROM failure_summary WHERE run_id = '{summary.run_id}'\"")
+    console.print(
+        f"ran {summary.ran} episode(s), kept {summary.skipped} from before; "
+        f"inspect with: campflow sql \"SELECT * FROM failure_summary WHERE run_id = '{summary.run_id}'\""
+    )
     refuse_all_infra_errors(cfg.workspace.db_path, summary.run_id, summary.terminations, "eval")
 
 
@@ -72,8 +90,10 @@ def run_progress(db_path: Path, run_id: str, command: str) -> str:
     if not db_path.exists():
         return f"nothing was stored yet; rerun the same `campflow {command}` (with --run-id {run_id})"
     stored = run_sql(db_path, f"SELECT count(*) FROM episodes WHERE run_id = '{run_id}'").rows[0][0]
-    return (f"run {run_id} stopped with {stored} episode(s) stored; rerun the same `campflow {command}` "
-            f"with --run-id {run_id} to complete only what is missing")
+    return (
+        f"run {run_id} stopped with {stored} episode(s) stored; rerun the same `campflow {command}` "
+        f"with --run-id {run_id} to complete only what is missing"
+    )
 
 
 def refuse_all_infra_errors(db_path: Path, run_id: str, terminations: dict[str, int], command: str) -> None:
@@ -87,8 +107,13 @@ def refuse_all_infra_errors(db_path: Path, run_id: str, terminations: dict[str, 
     from campflow.errors import PolicyError
     from campflow.storage.query import run_sql
 
-    rows = run_sql(db_path, f"SELECT error FROM episodes WHERE run_id = '{run_id}' AND termination = 'infra_error' "
-                            "ORDER BY episode_id LIMIT 1").rows
-    raise PolicyError(f"every episode of run {run_id} ({terminations['infra_error']}) ended as infra_error, so "
-                      f"nothing was measured: {rows[0][0] if rows else 'no error recorded'}; fix that and rerun "
-                      f"`campflow {command}` with --run-id {run_id}")
+    rows = run_sql(
+        db_path,
+        f"SELECT error FROM episodes WHERE run_id = '{run_id}' AND termination = 'infra_error' "
+        "ORDER BY episode_id LIMIT 1",
+    ).rows
+    raise PolicyError(
+        f"every episode of run {run_id} ({terminations['infra_error']}) ended as infra_error, so "
+        f"nothing was measured: {rows[0][0] if rows else 'no error recorded'}; fix that and rerun "
+        f"`campflow {command}` with --run-id {run_id}"
+    )

@@ -4,9 +4,9 @@ Each import command is a thin call of :func:`campflow.storage.imports.import_boo
 the bootcamp is built and smoke-tested, recorded in the workspace's store and from then on listed by
 ``campflow bootcamps list`` and usable by every command and flow, by name.
 
-``--config key=value`` sets a knob of the source (a reasoning-gym config field, an environment
-keyword argument, a constructor argument); values are read as YAML. The campflow config file, which
-other commands take as ``--config``, is ``--config-file`` here. ``--no-process-check`` vets the source
+``--set key=value`` sets a knob of the source (a reasoning-gym config field, an environment
+keyword argument, a constructor argument); values are read as YAML. ``--config`` is the campflow YAML
+config, as in every other command. ``--no-process-check`` vets the source
 in this process (faster; no hash-seed check, no time limit per level); see
 :mod:`campflow.bootcamps.adapters.vetting` for what every import checks.
 """
@@ -23,23 +23,30 @@ from campflow.cli.common import ConfigOption, DbOption, config_with, console, ta
 import_app = typer.Typer(help="Import tasks other people wrote as bootcamps.", no_args_is_help=True)
 app.add_typer(import_app, name="import")
 
-KnobsOption = typer.Option([], "--config", help="a source knob as key=value (repeatable), e.g. max_terms=4")
+KnobsOption = typer.Option([], "--set", "-s", help="a source knob as key=value (repeatable), e.g. max_terms=4")
 NameOption = typer.Option(None, "--as", "--name", help="bootcamp name (default: the adapter prefix and source name)")
 ReplaceOption = typer.Option(False, "--replace", help="import again over an earlier import of this name")
-ConfigFileOption = typer.Option(None, "--config-file", help="campflow YAML config (default: built-in defaults)")
-ProcessCheckOption = typer.Option(True, "--process-check/--no-process-check",
-                                  help="vet in two fresh processes (hash seeds 1 and 2, each level under "
-                                       "--level-seconds); off: in this process, faster, no hash-seed check")
-LevelSecondsOption = typer.Option(30.0, "--level-seconds", min=1.0,
-                                  help="a level whose probe instances take longer to generate is dropped")
+ProcessCheckOption = typer.Option(
+    True,
+    "--process-check/--no-process-check",
+    help="vet in two fresh processes (hash seeds 1 and 2, each level under "
+    "--level-seconds); off: in this process, faster, no hash-seed check",
+)
+LevelSecondsOption = typer.Option(
+    30.0, "--level-seconds", min=1.0, help="a level whose probe instances take longer to generate is dropped"
+)
 
 
 @import_app.command("reasoning-gym")
 def import_reasoning_gym(
     dataset: str = typer.Argument(..., help="procedural dataset name, e.g. basic_arithmetic"),
-    knobs: list[str] = KnobsOption, name: str | None = NameOption, replace: bool = ReplaceOption,
-    config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
-    process_check: bool = ProcessCheckOption, level_seconds: float = LevelSecondsOption,
+    knobs: list[str] = KnobsOption,
+    name: str | None = NameOption,
+    replace: bool = ReplaceOption,
+    config_file: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+    process_check: bool = ProcessCheckOption,
+    level_seconds: float = LevelSecondsOption,
 ) -> None:
     """A reasoning-gym dataset as a single-turn bootcamp with a submit(answer) tool."""
     _import("reasoning-gym", dataset, knobs, name, replace, config_file, db, process_check, level_seconds)
@@ -48,9 +55,13 @@ def import_reasoning_gym(
 @import_app.command("gymnasium")
 def import_gymnasium(
     env_id: str = typer.Argument(..., help="environment id with discrete actions, e.g. FrozenLake-v1"),
-    knobs: list[str] = KnobsOption, name: str | None = NameOption, replace: bool = ReplaceOption,
-    config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
-    process_check: bool = ProcessCheckOption, level_seconds: float = LevelSecondsOption,
+    knobs: list[str] = KnobsOption,
+    name: str | None = NameOption,
+    replace: bool = ReplaceOption,
+    config_file: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+    process_check: bool = ProcessCheckOption,
+    level_seconds: float = LevelSecondsOption,
 ) -> None:
     """A Gymnasium environment as a multi-turn bootcamp with a step(action) tool."""
     _import("gymnasium", env_id, knobs, name, replace, config_file, db, process_check, level_seconds)
@@ -60,24 +71,43 @@ def import_gymnasium(
 def import_function_calling(
     path: Path = typer.Argument(..., help="a JSONL file, or a folder written by datasets' save_to_disk"),
     split: str | None = typer.Option(None, "--split", help="split of a saved DatasetDict (default: train)"),
-    name: str | None = NameOption, replace: bool = ReplaceOption,
-    config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
-    process_check: bool = ProcessCheckOption, level_seconds: float = LevelSecondsOption,
+    name: str | None = NameOption,
+    replace: bool = ReplaceOption,
+    config_file: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+    process_check: bool = ProcessCheckOption,
+    level_seconds: float = LevelSecondsOption,
 ) -> None:
     """Rows with messages, tools and expected calls as a bootcamp scored by call matching."""
-    _import("function-calling", str(path.resolve()), [f"split={split}"] if split else [], name, replace,
-            config_file, db, process_check, level_seconds)
+    _import(
+        "function-calling",
+        str(path.resolve()),
+        [f"split={split}"] if split else [],
+        name,
+        replace,
+        config_file,
+        db,
+        process_check,
+        level_seconds,
+    )
 
 
 @import_app.command("class")
 def import_class(
     source: str = typer.Argument(..., help="package.module:Class, package.module.Class or path/file.py:Class"),
-    knobs: list[str] = KnobsOption, name: str | None = NameOption, replace: bool = ReplaceOption,
+    knobs: list[str] = KnobsOption,
+    name: str | None = NameOption,
+    replace: bool = ReplaceOption,
     levels_from: Path | None = typer.Option(
-        None, "--levels-from", help="difficulty levels: an InternBootcamp config file, a JSON list of "
-                                    "constructor arguments (examples/pipelines/*_configs/*.json)"),
-    config_file: Path | None = ConfigFileOption, db: Path | None = DbOption,
-    process_check: bool = ProcessCheckOption, level_seconds: float = LevelSecondsOption,
+        None,
+        "--levels-from",
+        help="difficulty levels: an InternBootcamp config file, a JSON list of "
+        "constructor arguments (examples/pipelines/*_configs/*.json)",
+    ),
+    config_file: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+    process_check: bool = ProcessCheckOption,
+    level_seconds: float = LevelSecondsOption,
 ) -> None:
     """An InternBootcamp-style class (case_generator, prompt_func, verify_score) as a bootcamp."""
     module, sep, cls = source.rpartition(":")
@@ -88,14 +118,16 @@ def import_class(
         from campflow.bootcamps.adapters.class_sources import read_levels_file
 
         levels = read_levels_file(levels_from)
-    _import("internbootcamp", source, knobs, name, replace, config_file, db, process_check, level_seconds,
-            levels=levels)
+    _import(
+        "internbootcamp", source, knobs, name, replace, config_file, db, process_check, level_seconds, levels=levels
+    )
 
 
 @app.command("imports")
 def imports_command(
     remove: str | None = typer.Option(None, "--remove", help="forget the import of this name"),
-    config: Path | None = ConfigOption, db: Path | None = DbOption,
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
 ) -> None:
     """List the imported bootcamps recorded in the store (or remove one)."""
     from campflow.storage.imports import forget, recorded_rows
@@ -109,20 +141,31 @@ def imports_command(
             raise UnknownBootcampError(f"no imported bootcamp named {remove!r}")
         console.print(f"removed {remove}")
         return
-    rows = [(r["name"], r["adapter"], r["source"], r["version"], r["options"], f"{r['created_at']:%Y-%m-%d %H:%M}")
-            for r in recorded_rows(store)]
+    rows = [
+        (r["name"], r["adapter"], r["source"], r["version"], r["options"], f"{r['created_at']:%Y-%m-%d %H:%M}")
+        for r in recorded_rows(store)
+    ]
     console.print(table(["name", "adapter", "source", "version", "options", "imported"], rows, title="imports"))
 
 
-def _import(adapter: str, source: str, pairs: list[str], name: str | None, replace: bool,
-            config_file: Path | None, db: Path | None, process_check: bool = True, level_seconds: float = 30.0,
-            levels: list[dict] | None = None) -> None:
+def _import(
+    adapter: str,
+    source: str,
+    pairs: list[str],
+    name: str | None,
+    replace: bool,
+    config_file: Path | None,
+    db: Path | None,
+    process_check: bool = True,
+    level_seconds: float = 30.0,
+    levels: list[dict] | None = None,
+) -> None:
     from pydantic import ValidationError
 
     from campflow.bootcamps.adapters import ImportSpec, default_name, parse_options
-    from campflow.storage.imports import import_bootcamp
     from campflow.bootcamps.base import format_validation_error
     from campflow.errors import ImportSourceError
+    from campflow.storage.imports import import_bootcamp
     from campflow.storage.workspace import Workspace
 
     cfg = config_with(config_file, db)
@@ -132,18 +175,25 @@ def _import(adapter: str, source: str, pairs: list[str], name: str | None, repla
 
         options[LEVELS_OPTION] = levels
     try:
-        spec = ImportSpec(name=name or default_name(adapter, source), adapter=adapter, source=source,
-                          options=options)
+        spec = ImportSpec(name=name or default_name(adapter, source), adapter=adapter, source=source, options=options)
     except ValidationError as exc:
         raise ImportSourceError(format_validation_error(exc)) from None
     ws = Workspace.from_config(cfg)
     ws.load_imports()
-    spec, bootcamp = import_bootcamp(spec, ws.store, replace=replace,
-                                     cross_process=process_check, level_seconds=level_seconds,
-                                     say=lambda note: console.print(f"note: {note}", markup=False))
+    spec, bootcamp = import_bootcamp(
+        spec,
+        ws.store,
+        replace=replace,
+        cross_process=process_check,
+        level_seconds=level_seconds,
+        say=lambda note: console.print(f"note: {note}", markup=False),
+    )
     instance = bootcamp.generate(None, 0)
     tools = ", ".join(t.name for t in bootcamp.tools(instance))
-    console.print(f"imported [bold]{spec.name}[/] ({adapter} {source}) version {spec.version}: "
-                  f"levels {','.join(str(lv) for lv in sorted(bootcamp.levels))}; tools {tools}")
-    console.print(f"try: campflow bootcamps sample {spec.name}   or   "
-                  f"campflow eval --bootcamps {spec.name} --policy oracle -n 6")
+    console.print(
+        f"imported [bold]{spec.name}[/] ({adapter} {source}) version {spec.version}: "
+        f"levels {','.join(str(lv) for lv in sorted(bootcamp.levels))}; tools {tools}"
+    )
+    console.print(
+        f"try: campflow bootcamps sample {spec.name}   or   campflow eval --bootcamps {spec.name} --policy oracle -n 6"
+    )

@@ -21,12 +21,30 @@ def _quiet() -> None:
 def print_cycle(summary) -> None:  # noqa: ANN001
     """The before/after table of a cycle and where its report is."""
     names = sorted(set(summary.pass_before) | set(summary.pass_after))
-    rows = [(b, _pct(summary.pass_before.get(b, 0.0)), _pct(summary.pass_after.get(b, 0.0)),
-             _pct(summary.pass_after.get(b, 0.0) - summary.pass_before.get(b, 0.0), sign=True)) for b in names]
-    rows.append((f"[bold]overall {summary.metric}[/]", _pct(summary.before), _pct(summary.after),
-                 _pct(summary.after - summary.before, sign=True)))
-    console.print(table(["bootcamp", f"before ({summary.model_id})", f"after ({summary.candidate_id})", "change"],
-                        rows, title=f"cycle {summary.cycle_id} on the eval split"))
+    rows = [
+        (
+            b,
+            _pct(summary.pass_before.get(b, 0.0)),
+            _pct(summary.pass_after.get(b, 0.0)),
+            _pct(summary.pass_after.get(b, 0.0) - summary.pass_before.get(b, 0.0), sign=True),
+        )
+        for b in names
+    ]
+    rows.append(
+        (
+            f"[bold]overall {summary.metric}[/]",
+            _pct(summary.before),
+            _pct(summary.after),
+            _pct(summary.after - summary.before, sign=True),
+        )
+    )
+    console.print(
+        table(
+            ["bootcamp", f"before ({summary.model_id})", f"after ({summary.candidate_id})", "change"],
+            rows,
+            title=f"cycle {summary.cycle_id} on the eval split",
+        )
+    )
     verdict = "[green]promoted[/]" if summary.promoted else "[yellow]not promoted[/] (the current model stays)"
     console.print(f"candidate {summary.candidate_id}: {verdict}: {summary.decision}")
     console.print(f"report: {summary.report}")
@@ -41,8 +59,9 @@ def improve(
     resume: bool = typer.Option(False, "--resume", help="continue the latest unfinished cycle (or --cycle-id)"),
     cycle_id: str | None = typer.Option(None, "--cycle-id", help="name a new cycle, or the one to resume"),
     start: str | None = typer.Option(None, "--from", help="improve.model: 'embedded' or a local model folder"),
-    n_cycles: int | None = typer.Option(None, "--cycles", min=1, help="improve.cycles: cycles to run, each from "
-                                        "the last promoted model"),
+    n_cycles: int | None = typer.Option(
+        None, "--cycles", min=1, help="improve.cycles: cycles to run, each from the last promoted model"
+    ),
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
@@ -91,8 +110,10 @@ def cycle_progress(db_path: Path, cycle_id: str | None, resume: str) -> str:
         return f"no cycle was recorded yet; start again with `{resume.replace(' --resume', '')}`"
     done = cycle.state.get("done", [])
     step = next((s for s in STEPS if s not in done), "the end")
-    return (f"cycle {cycle.cycle_id} stopped during step {step!r} ({len(done)} of {len(STEPS)} steps done); "
-            f"resume with `{resume}`")
+    return (
+        f"cycle {cycle.cycle_id} stopped during step {step!r} ({len(done)} of {len(STEPS)} steps done); "
+        f"resume with `{resume}`"
+    )
 
 
 @app.command()
@@ -106,8 +127,10 @@ def watch(config: Path | None = ConfigOption, db: Path | None = DbOption) -> Non
 
     with RichReporter(console) as reporter, progress.use(reporter):
         decision = watch_flow(cfg)
-    console.print(f"{decision.new_failures} new model failure(s) since the last training; threshold "
-                  f"{decision.threshold}: {'started a cycle' if decision.started else 'no cycle started'}")
+    console.print(
+        f"{decision.new_failures} new model failure(s) since the last training; threshold "
+        f"{decision.threshold}: {'started a cycle' if decision.started else 'no cycle started'}"
+    )
     if decision.started:
         print_cycle(decision.started)
 
@@ -121,12 +144,15 @@ def serve(config: Path | None = ConfigOption, db: Path | None = DbOption) -> Non
     if not os.environ.get("PREFECT_API_URL"):
         from campflow.errors import ConfigError
 
-        raise ConfigError("schedules need a Prefect server: run `prefect server start`, then "
-                          "`export PREFECT_API_URL=http://127.0.0.1:4200/api` and `campflow serve` again")
+        raise ConfigError(
+            "schedules need a Prefect server: run `prefect server start`, then "
+            "`export PREFECT_API_URL=http://127.0.0.1:4200/api` and `campflow serve` again"
+        )
     from campflow.flows.serve import serve as run_serve
 
-    console.print(f"serving improve (cron {cfg.improve.cron!r}) and watch (every {cfg.watch.interval_seconds}s); "
-                  "Ctrl-C stops")
+    console.print(
+        f"serving improve (cron {cfg.improve.cron!r}) and watch (every {cfg.watch.interval_seconds}s); Ctrl-C stops"
+    )
     run_serve(cfg, config)
 
 
@@ -145,9 +171,13 @@ def report(
     facts = cycle_facts(Workspace.from_config(cfg).store, cycle)
     page = write_report(facts, cfg.improve.reports_dir / facts.cycle_id)
     names = sorted(set(facts.pass_before) | set(facts.pass_after))
-    console.print(table(["bootcamp", "before", "after"],
-                        [(b, facts.pass_before.get(b, 0.0), facts.pass_after.get(b, 0.0)) for b in names],
-                        title=f"cycle {facts.cycle_id} ({facts.status})"))
+    console.print(
+        table(
+            ["bootcamp", "before", "after"],
+            [(b, facts.pass_before.get(b, 0.0), facts.pass_after.get(b, 0.0)) for b in names],
+            title=f"cycle {facts.cycle_id} ({facts.status})",
+        )
+    )
     console.print(f"{facts.metric}: {facts.before_value} -> {facts.after_value}; promoted: {facts.promoted}")
     console.print(f"report: {page}")
 
@@ -158,8 +188,10 @@ def cycles(config: Path | None = ConfigOption, db: Path | None = DbOption) -> No
     cfg = config_with(config, db)
     from campflow.storage.query import run_sql
 
-    result = run_sql(cfg.workspace.db_path,
-                     "SELECT cycle_id, status, step, base_model_id, candidate_model_id, metric, "
-                     "round(before_value, 4) AS before, round(after_value, 4) AS after, promoted, decision, "
-                     "strftime(started_at, '%Y-%m-%d %H:%M') AS started FROM cycles ORDER BY started_at DESC")
+    result = run_sql(
+        cfg.workspace.db_path,
+        "SELECT cycle_id, status, step, base_model_id, candidate_model_id, metric, "
+        "round(before_value, 4) AS before, round(after_value, 4) AS after, promoted, decision, "
+        "strftime(started_at, '%Y-%m-%d %H:%M') AS started FROM cycles ORDER BY started_at DESC",
+    )
     console.print(table(result.columns, result.rows, title="cycles"))

@@ -26,7 +26,7 @@ class Format(StrEnum):
 
 @app.command()
 def sql(
-    query: str = typer.Argument(..., help="SQL to run, e.g. \"SELECT * FROM pass_rates\""),
+    query: str = typer.Argument(..., help='SQL to run, e.g. "SELECT * FROM pass_rates"'),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="output format"),
     limit: int = typer.Option(0, "--limit", help="show at most this many rows (0: all)"),
     config: Path | None = ConfigOption,

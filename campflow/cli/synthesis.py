@@ -50,42 +50,67 @@ def failures(
     store = ws.store
     run_id = resolve_run(store, run)
     with console.status(f"mining and clustering the failures of {run_id}"):
-        analyze_run(store, run_id, cfg.synthesis, bootcamps=_names(ws, bootcamps),
-                    refresh=refresh)
+        analyze_run(store, run_id, cfg.synthesis, bootcamps=_names(ws, bootcamps), refresh=refresh)
     categories, clusters = failure_report(store, run_id)
     if not categories:
         console.print(f"run {run_id} has no model failures")
         return
-    console.print(table(["bootcamp", "category", "failures", "instances", "clusters"],
-                        [tuple(r.values()) for r in categories], title=f"failure categories of {run_id}"))
-    console.print(table(["bootcamp", "cluster", "size", "label", "exemplar episode", "accepted", "rejected"],
-                        [(r["bootcamp"], r["cluster_id"], r["size"], r["label"], r["exemplar"], r["accepted"],
-                          r["rejected"]) for r in clusters], title="clusters"))
-    console.print(f"lineage of variants: campflow sql \"SELECT * FROM variant_lineage WHERE failure_run_id = "
-                  f"'{run_id}'\"")
+    console.print(
+        table(
+            ["bootcamp", "category", "failures", "instances", "clusters"],
+            [tuple(r.values()) for r in categories],
+            title=f"failure categories of {run_id}",
+        )
+    )
+    console.print(
+        table(
+            ["bootcamp", "cluster", "size", "label", "exemplar episode", "accepted", "rejected"],
+            [
+                (r["bootcamp"], r["cluster_id"], r["size"], r["label"], r["exemplar"], r["accepted"], r["rejected"])
+                for r in clusters
+            ],
+            title="clusters",
+        )
+    )
+    console.print(
+        f"lineage of variants: campflow sql \"SELECT * FROM variant_lineage WHERE failure_run_id = '{run_id}'\""
+    )
 
 
 @app.command()
 def synthesize(
     run: str = typer.Option(..., "--run", "-r", help="the run whose failures the variants target"),
-    synthesizer: SynthesizerKind | None = typer.Option(None, "--synthesizer", "-s",
-                                                       help="mutate (offline) or llm (default: config)"),
+    synthesizer: SynthesizerKind | None = typer.Option(
+        None, "--synthesizer", "-s", help="mutate (offline) or llm (default: config)"
+    ),
     model: str | None = typer.Option(None, "--model", "-m", help="llm: the endpoint's model name"),
     base_url: str | None = typer.Option(None, "--base-url", help="llm: OpenAI-compatible base URL"),
     n: int | None = typer.Option(None, "-n", help="proposals per cluster"),
-    policy: str | None = typer.Option(None, "--policy", "-p", help="the current model, for calibration: "
-                                      "oracle | noisy | openai | local (default: the policy the run was made with)"),
+    policy: str | None = typer.Option(
+        None,
+        "--policy",
+        "-p",
+        help="the current model, for calibration: "
+        "oracle | noisy | openai | local (default: the policy the run was made with)",
+    ),
     samples: int | None = typer.Option(None, "--calibration-samples", help="episodes per variant; 0 skips"),
     bootcamps: str | None = BootcampsOption,
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
     """Propose variants aimed at a run's failure clusters; record the verified ones as train instances."""
-    cfg = config_with(config, db, **{
-        "synthesis.synthesizer": synthesizer.value if synthesizer else None, "synthesis.llm.model": model,
-        "synthesis.llm.base_url": base_url, "synthesis.n_per_cluster": n, "policy.kind": policy,
-        "synthesis.calibration_samples": samples,
-    })
+    cfg = config_with(
+        config,
+        db,
+        **{
+            "synthesis.synthesizer": synthesizer.value if synthesizer else None,
+            "synthesis.llm.model": model,
+            "synthesis.llm.base_url": base_url,
+            "synthesis.n_per_cluster": n,
+            "policy.kind": policy,
+            "synthesis.calibration_samples": samples,
+        },
+    )
     from campflow.agents.factory import build_policy
     from campflow.rollout.engine import RolloutSettings
     from campflow.synthesis.pipeline import build_synthesizer, resolve_run, run_policy_config
@@ -98,16 +123,37 @@ def synthesize(
     synth = build_synthesizer(cfg.synthesis)  # fails fast on a missing --model, before any work
     current = build_policy(cfg.policy if policy else (run_policy_config(store, run_id) or cfg.policy))
     with console.status(f"synthesizing variants for the clusters of {run_id} ({synth.name})"):
-        summary = synthesize_run(store, run_id, cfg.synthesis, synthesizer=synth, policy=current, bootcamps=names,
-                                 rollout=RolloutSettings.from_config(cfg.rollout))
-    console.print(table(["bootcamp", "cluster", "size", "label", "accepted", "rejected"],
-                        [(c["bootcamp"], c["cluster_id"], c["size"], c["label"], c["accepted"], c["rejected"])
-                         for c in summary.per_cluster], title=f"variants for {run_id} ({summary.synthesizer})"))
+        summary = synthesize_run(
+            store,
+            run_id,
+            cfg.synthesis,
+            synthesizer=synth,
+            policy=current,
+            bootcamps=names,
+            rollout=RolloutSettings.from_config(cfg.rollout),
+        )
+    console.print(
+        table(
+            ["bootcamp", "cluster", "size", "label", "accepted", "rejected"],
+            [
+                (c["bootcamp"], c["cluster_id"], c["size"], c["label"], c["accepted"], c["rejected"])
+                for c in summary.per_cluster
+            ],
+            title=f"variants for {run_id} ({summary.synthesizer})",
+        )
+    )
     if summary.rejected:
-        console.print(table(["reject reason", "proposals"], sorted(summary.rejected.items(), key=lambda kv: -kv[1]),
-                            title="rejected"))
+        console.print(
+            table(
+                ["reject reason", "proposals"],
+                sorted(summary.rejected.items(), key=lambda kv: -kv[1]),
+                title="rejected",
+            )
+        )
     calibrated = f"calibrated with {current.model_id}" if cfg.synthesis.calibration_samples else "not calibrated"
-    console.print(f"run {summary.run_id}: {summary.proposed} proposal(s), {summary.accepted} accepted, "
-                  f"{sum(summary.rejected.values())} rejected, {summary.already_recorded} already recorded "
-                  f"({calibrated}); inspect with: campflow sql \"SELECT status, reject_reason, params FROM "
-                  f"variants WHERE run_id = '{summary.run_id}'\"")
+    console.print(
+        f"run {summary.run_id}: {summary.proposed} proposal(s), {summary.accepted} accepted, "
+        f"{sum(summary.rejected.values())} rejected, {summary.already_recorded} already recorded "
+        f'({calibrated}); inspect with: campflow sql "SELECT status, reject_reason, params FROM '
+        f"variants WHERE run_id = '{summary.run_id}'\""
+    )

@@ -9,7 +9,14 @@ import typer
 
 from campflow.cli import app
 from campflow.cli.common import (
-    ConfigOption, DbOption, bootcamp_names, config_with, console, resolve_local_model, table, when_stopped,
+    ConfigOption,
+    DbOption,
+    bootcamp_names,
+    config_with,
+    console,
+    resolve_local_model,
+    table,
+    when_stopped,
 )
 from campflow.cli.evaluate import quiet_prefect, refuse_all_infra_errors, run_progress
 
@@ -48,8 +55,9 @@ def _live():
 
 @app.command()
 def collect(
-    policy: str | None = typer.Option("demonstrator", "--policy", "-p",
-                                      help="demonstrator (the grounded teacher) | oracle | noisy | openai | local"),
+    policy: str | None = typer.Option(
+        "demonstrator", "--policy", "-p", help="demonstrator (the grounded teacher) | oracle | noisy | openai | local"
+    ),
     split: str = typer.Option("train", "--split", help="only 'train': teacher data never comes from eval"),
     model: str | None = typer.Option(None, "--model", "-m", help="endpoint model, or local path / checkpoint id"),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible base URL"),
@@ -63,12 +71,24 @@ def collect(
 ) -> None:
     """Gather teacher (or self-sampled best-of-k) episodes on train-split instances."""
     if split != "train":
-        raise typer.BadParameter(f"split {split!r}: teacher data is collected on 'train' only; the eval "
-                                 "split is never trained on", param_hint="--split")
+        raise typer.BadParameter(
+            f"split {split!r}: teacher data is collected on 'train' only; the eval split is never trained on",
+            param_hint="--split",
+        )
     names = bootcamp_names(bootcamps)
-    cfg = config_with(config, db, **{"policy.kind": policy, "policy.model": model, "policy.base_url": base_url,
-                                     "policy.temperature": temperature, "training.bootcamps": names,
-                                     "training.collect_n": n, "training.collect_samples": samples})
+    cfg = config_with(
+        config,
+        db,
+        **{
+            "policy.kind": policy,
+            "policy.model": model,
+            "policy.base_url": base_url,
+            "policy.temperature": temperature,
+            "training.bootcamps": names,
+            "training.collect_n": n,
+            "training.collect_samples": samples,
+        },
+    )
     from campflow.storage.names import check_run_id
 
     if run_id is not None:
@@ -103,8 +123,10 @@ def dataset_build(
 
     ws = Workspace.from_config(cfg)
     build = build_sft_dataset(ws.store, ws.path, _split(runs), cfg.training.filter)
-    console.print(f"[bold]dataset[/] {build.dataset_id}: {build.rows} rows at {build.path}"
-                  f"{' (already built)' if build.reused else ''}")
+    console.print(
+        f"[bold]dataset[/] {build.dataset_id}: {build.rows} rows at {build.path}"
+        f"{' (already built)' if build.reused else ''}"
+    )
     console.print(table(["bootcamp", "rows"], sorted(build.per_bootcamp.items())))
     if build.dropped:
         console.print(table(["dropped because", "episodes"], sorted(build.dropped.items())))
@@ -114,8 +136,9 @@ def dataset_build(
 def export(
     fmt: str = typer.Option("hf", "--format", "-f", help="hf (a datasets folder) | verl (RL parquet)"),
     runs: str | None = typer.Option(None, "--runs", help="comma-separated run ids"),
-    merge: str | None = typer.Option(None, "--merge", help="an adapter checkpoint (id or path): write it merged "
-                                     "into its base as one model folder"),
+    merge: str | None = typer.Option(
+        None, "--merge", help="an adapter checkpoint (id or path): write it merged into its base as one model folder"
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="where to write"),
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
@@ -125,8 +148,10 @@ def export(
     if fmt not in ("hf", "verl"):
         raise typer.BadParameter(f"format {fmt!r}: expected 'hf' or 'verl'", param_hint="--format")
     if (runs is None) == (merge is None):
-        raise typer.BadParameter("give exactly one of --runs (episodes to export) and --merge (an adapter checkpoint)",
-                                 param_hint="--runs / --merge")
+        raise typer.BadParameter(
+            "give exactly one of --runs (episodes to export) and --merge (an adapter checkpoint)",
+            param_hint="--runs / --merge",
+        )
     cfg = config_with(config, db)
     quiet_training()
     from campflow.storage.workspace import Workspace
@@ -165,8 +190,10 @@ def train_base(
     from campflow.training.base import ensure_base
 
     ckpt = ensure_base(Workspace.from_config(cfg).store, cfg)
-    console.print(f"[bold]base[/] {ckpt.model_id} at {ckpt.path}: {ckpt.metrics.get('parameters'):,} parameters, "
-                  f"vocabulary {ckpt.metrics.get('vocab_size')}")
+    console.print(
+        f"[bold]base[/] {ckpt.model_id} at {ckpt.path}: {ckpt.metrics.get('parameters'):,} parameters, "
+        f"vocabulary {ckpt.metrics.get('vocab_size')}"
+    )
 
 
 @train_app.command("sft")
@@ -186,8 +213,15 @@ def train_sft_command(
     reporter, installed = _live()
     with reporter, installed:
         ws = Workspace.from_config(cfg)
-        result = train_sft(ws.store, ws.path, base, dataset, cfg.training.sft,
-                           hardware=_hardware(cfg), report_to=cfg.training.report_to)
+        result = train_sft(
+            ws.store,
+            ws.path,
+            base,
+            dataset,
+            cfg.training.sft,
+            hardware=_hardware(cfg),
+            report_to=cfg.training.report_to,
+        )
     _report(result)
 
 
@@ -209,9 +243,16 @@ def train_rl_command(
     reporter, installed = _live()
     with reporter, installed:
         ws = Workspace.from_config(cfg)
-        result = train_rl(ws.store, ws.path, base, cfg.training.bootcamps,
-                          cfg.training.rl, cfg.training.levels, hardware=_hardware(cfg),
-                          report_to=cfg.training.report_to)
+        result = train_rl(
+            ws.store,
+            ws.path,
+            base,
+            cfg.training.bootcamps,
+            cfg.training.rl,
+            cfg.training.levels,
+            hardware=_hardware(cfg),
+            report_to=cfg.training.report_to,
+        )
     _report(result)
 
 
@@ -228,8 +269,10 @@ def _report(result) -> None:  # noqa: ANN001
         return
     ckpt = result.checkpoint
     shown = {k: v for k, v in result.metrics.items() if not k.endswith("_curve")}
-    console.print(f"[bold]{ckpt.kind}[/] {ckpt.model_id} (from {ckpt.parent_model_id}) at {ckpt.path}"
-                  f"{' (already trained)' if result.reused else ''}")
+    console.print(
+        f"[bold]{ckpt.kind}[/] {ckpt.model_id} (from {ckpt.parent_model_id}) at {ckpt.path}"
+        f"{' (already trained)' if result.reused else ''}"
+    )
     console.print(table(list(shown), [tuple(shown.values())]))
     console.print(f"evaluate it: campflow eval --policy local --model {ckpt.model_id}")
 

@@ -39,16 +39,19 @@ class Band:
     holdout: list[str]
 
 
-def find_band(cfg: CampflowConfig, runner: object, sft_path: Path, run_id: str,
-              levels: dict[str, list[int]]) -> Band:
+def find_band(cfg: CampflowConfig, runner: object, sft_path: Path, run_id: str, levels: dict[str, list[int]]) -> Band:
     """Calibrate the SFT checkpoint on train instances at ``levels`` and split its band."""
     ws = Workspace.from_config(cfg)
     rl = cfg.training.rl
     candidates = rl_instances(ws.store, cfg.training.bootcamps, rl.instances_per_bootcamp, rl.seed, levels)
     ws.store.write_instances(candidates, split="train")
-    collect_flow.with_options(task_runner=runner)(sampling_policy(cfg, sft_path), run_id,
-                                                  only_ids=[i.id for i in candidates], kind="calibrate",
-                                                  samples=rl.band_samples)
+    collect_flow.with_options(task_runner=runner)(
+        sampling_policy(cfg, sft_path),
+        run_id,
+        only_ids=[i.id for i in candidates],
+        kind="calibrate",
+        samples=rl.band_samples,
+    )
     band = band_ids(ws.store, run_id)
     ordered = sorted(band, key=lambda iid: hashlib.sha256(f"holdout:{iid}".encode()).hexdigest())
     held = round(rl.band_holdout * len(ordered)) if len(ordered) > 1 else 0
@@ -57,17 +60,26 @@ def find_band(cfg: CampflowConfig, runner: object, sft_path: Path, run_id: str,
 
 def band_ids(store: Store, run_id: str) -> list[str]:
     """Instances of ``run_id`` some but not all of whose measured samples passed."""
-    rows = store.query(f"""SELECT instance_id FROM episodes WHERE run_id = ? AND termination NOT IN {RETRYABLE_SQL}
+    rows = store.query(
+        f"""SELECT instance_id FROM episodes WHERE run_id = ? AND termination NOT IN {RETRYABLE_SQL}
                            GROUP BY instance_id HAVING bool_or(success) AND NOT bool_and(success)
-                           ORDER BY instance_id""", [run_id])
+                           ORDER BY instance_id""",
+        [run_id],
+    )
     return [r["instance_id"] for r in rows]
 
 
 def measure(cfg: CampflowConfig, runner: object, path: Path, run_id: str, instance_ids: list[str]) -> float:
     """The pass rate of the local model at ``path`` on ``instance_ids``, ``band_samples`` each."""
-    collect_flow.with_options(task_runner=runner)(sampling_policy(cfg, path), run_id, only_ids=instance_ids,
-                                                  kind="calibrate", samples=cfg.training.rl.band_samples)
+    collect_flow.with_options(task_runner=runner)(
+        sampling_policy(cfg, path),
+        run_id,
+        only_ids=instance_ids,
+        kind="calibrate",
+        samples=cfg.training.rl.band_samples,
+    )
     store = Workspace.from_config(cfg).store
-    value = store.scalar(f"SELECT avg(success::INTEGER) FROM episodes WHERE run_id = ? "
-                         f"AND termination NOT IN {RETRYABLE_SQL}", [run_id])
+    value = store.scalar(
+        f"SELECT avg(success::INTEGER) FROM episodes WHERE run_id = ? AND termination NOT IN {RETRYABLE_SQL}", [run_id]
+    )
     return float(value or 0.0)

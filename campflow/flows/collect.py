@@ -27,9 +27,14 @@ from campflow.synthesis.validate import variant_seeds
 from campflow.tasks.rollout import shard_items
 
 
-def collection_instances(cfg: CampflowConfig, ws: Workspace, extra_ids: list[str] | None = None, *,
-                         variant_ids: list[str] | None = None,
-                         levels: dict[str, list[int]] | None = None) -> tuple[list[Instance], dict[str, str]]:
+def collection_instances(
+    cfg: CampflowConfig,
+    ws: Workspace,
+    extra_ids: list[str] | None = None,
+    *,
+    variant_ids: list[str] | None = None,
+    levels: dict[str, list[int]] | None = None,
+) -> tuple[list[Instance], dict[str, str]]:
     """Train instances to collect on, and the variant of each synthesized one (instance id -> variant id).
 
     Per bootcamp, ``training.collect_n`` instances: ``synthesis.share`` of them from accepted variants
@@ -46,8 +51,9 @@ def collection_instances(cfg: CampflowConfig, ws: Workspace, extra_ids: list[str
         picked = variant_instances(ws, bootcamp.name, wanted, variant_ids, skip=probes)
         for vid, inst in picked:
             out[inst.id], synthesized[inst.id] = inst, vid
-        lv = (levels or {}).get(bootcamp.name) or [lv for lv in (t.levels or sorted(bootcamp.levels))
-                                                   if lv in bootcamp.levels]
+        lv = (levels or {}).get(bootcamp.name) or [
+            lv for lv in (t.levels or sorted(bootcamp.levels)) if lv in bootcamp.levels
+        ]
         for inst in train_instances(bootcamp, t.collect_n - len(picked), seed=t.tiny.seed, levels=lv):
             out.setdefault(inst.id, inst)
     if extra_ids:
@@ -57,8 +63,9 @@ def collection_instances(cfg: CampflowConfig, ws: Workspace, extra_ids: list[str
     return list(out.values()), synthesized
 
 
-def variant_instances(ws: Workspace, bootcamp: str, n: int, variant_ids: list[str] | None = None,
-                      skip: set[str] = frozenset()) -> list[tuple[str, Instance]]:
+def variant_instances(
+    ws: Workspace, bootcamp: str, n: int, variant_ids: list[str] | None = None, skip: set[str] = frozenset()
+) -> list[tuple[str, Instance]]:
     """Up to ``n`` (variant id, instance) pairs from the accepted variants of ``bootcamp``, spread evenly.
 
     Each variant's instances come from its own seeds (:func:`variant_seeds`, whose first ones are the
@@ -94,16 +101,26 @@ def variant_instances(ws: Workspace, bootcamp: str, n: int, variant_ids: list[st
 
 def recorded_instances(ws: Workspace, instance_ids: list[str]) -> list[Instance]:
     """Instances recorded in the workspace's store, rebuilt from their params and seed."""
-    rows = ws.store.query("SELECT instance_id, bootcamp, params, seed FROM instances WHERE instance_id IN "
-                       "(SELECT unnest(?))", [instance_ids])
+    rows = ws.store.query(
+        "SELECT instance_id, bootcamp, params, seed FROM instances WHERE instance_id IN (SELECT unnest(?))",
+        [instance_ids],
+    )
     return [ws.bootcamp(r["bootcamp"]).generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
 
 
 @flow(name="collect", log_prints=False, validate_parameters=False)
 @stopping.unwinding
-def collect_flow(cfg: CampflowConfig, run_id: str | None = None, extra_ids: list[str] | None = None,
-                 only_ids: list[str] | None = None, kind: str = "collect", *, variant_ids: list[str] | None = None,
-                 levels: dict[str, list[int]] | None = None, samples: int | None = None) -> EvalSummary:
+def collect_flow(
+    cfg: CampflowConfig,
+    run_id: str | None = None,
+    extra_ids: list[str] | None = None,
+    only_ids: list[str] | None = None,
+    kind: str = "collect",
+    *,
+    variant_ids: list[str] | None = None,
+    levels: dict[str, list[int]] | None = None,
+    samples: int | None = None,
+) -> EvalSummary:
     """Run ``cfg.policy`` on training instances and record every episode.
 
     By default the instances are :func:`collection_instances` (of ``variant_ids`` at ``levels``);
@@ -122,12 +139,17 @@ def collect_flow(cfg: CampflowConfig, run_id: str | None = None, extra_ids: list
         else:
             instances, synthesized = collection_instances(cfg, ws, extra_ids, variant_ids=variant_ids, levels=levels)
         if kind != "probe":  # a probe run measures on held-out instances; every other run may train on its own
-            assert_not_held_out((i.id for i in instances), store.eval_ids(), store.probe_ids(),
-                                what="teacher collection")
+            assert_not_held_out(
+                (i.id for i in instances), store.eval_ids(), store.probe_ids(), what="teacher collection"
+            )
             variants = [i for i in instances if i.id in synthesized]
-            store.insert("instances", instances_to_arrow(variants, split="train", origin="synthesized",
-                                                         variant_ids=[synthesized[i.id] for i in variants]),
-                         on_conflict="ignore")
+            store.insert(
+                "instances",
+                instances_to_arrow(
+                    variants, split="train", origin="synthesized", variant_ids=[synthesized[i.id] for i in variants]
+                ),
+                on_conflict="ignore",
+            )
             store.write_instances(instances, split="train")
         done = store.completed_keys(run_id)
         items = shard_items(instances, samples or cfg.training.collect_samples, done)

@@ -41,8 +41,15 @@ class EvalSummary:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form, stored as the run's summary."""
-        return {"run_id": self.run_id, "model_id": self.model_id, "ran": self.ran, "skipped": self.skipped,
-                "pass_rates": self.pass_rates, "terminations": self.terminations, "throughput": self.throughput}
+        return {
+            "run_id": self.run_id,
+            "model_id": self.model_id,
+            "ran": self.ran,
+            "skipped": self.skipped,
+            "pass_rates": self.pass_rates,
+            "terminations": self.terminations,
+            "throughput": self.throughput,
+        }
 
 
 def new_run_id(kind: str) -> str:
@@ -89,19 +96,26 @@ def fail_run(store: Store, run_id: str, exc: BaseException) -> NoReturn:
     marked = store.fail_run(run_id, exc)
     if isinstance(exc, StoreBusyError):
         state = "is marked failed" if marked else "could not even be marked failed (it still says running)"
-        raise StoreBusyError(f"{exc}; run {run_id} {state}: the episodes written so far are kept, and rerunning "
-                             "it with the same run id completes only what is missing") from None
+        raise StoreBusyError(
+            f"{exc}; run {run_id} {state}: the episodes written so far are kept, and rerunning "
+            "it with the same run id completes only what is missing"
+        ) from None
     raise exc
 
 
 def summarize(store: Store, run_id: str, model_id: str, ran: int, skipped: int) -> EvalSummary:
     """Pass rates and termination counts of a run, read back from the store."""
-    rates = {r["bootcamp"]: float(r["pass_rate"] or 0.0)
-             for r in store.query("SELECT bootcamp, pass_rate FROM pass_rates WHERE run_id = ? ORDER BY bootcamp",
-                                  [run_id])}
-    terms = {r["termination"]: int(r["n"])
-             for r in store.query("SELECT termination, count(*) AS n FROM episodes WHERE run_id = ? "
-                                  "GROUP BY termination ORDER BY n DESC", [run_id])}
+    rates = {
+        r["bootcamp"]: float(r["pass_rate"] or 0.0)
+        for r in store.query("SELECT bootcamp, pass_rate FROM pass_rates WHERE run_id = ? ORDER BY bootcamp", [run_id])
+    }
+    terms = {
+        r["termination"]: int(r["n"])
+        for r in store.query(
+            "SELECT termination, count(*) AS n FROM episodes WHERE run_id = ? GROUP BY termination ORDER BY n DESC",
+            [run_id],
+        )
+    }
     return EvalSummary(run_id, model_id, ran, skipped, rates, terms)
 
 

@@ -54,8 +54,23 @@ from campflow.tasks.training import (
 )
 from campflow.training import checkpoints
 
-STEPS = ("evaluate", "mine", "synthesize", "probe-before", "collect", "dataset", "sft", "rl-band", "rl",
-         "rl-effect", "re-evaluate", "probe-after", "curriculum", "promote", "report")
+STEPS = (
+    "evaluate",
+    "mine",
+    "synthesize",
+    "probe-before",
+    "collect",
+    "dataset",
+    "sft",
+    "rl-band",
+    "rl",
+    "rl-effect",
+    "re-evaluate",
+    "probe-after",
+    "curriculum",
+    "promote",
+    "report",
+)
 
 
 @dataclass
@@ -78,8 +93,9 @@ class CycleSummary:
 
 def _metric(store: Store, run_id: str, metric: str) -> float:
     column = "success::INTEGER" if metric == "pass_rate" else "reward"
-    value = store.scalar(f"SELECT avg({column}) FROM episodes WHERE run_id = ? "
-                         f"AND termination NOT IN {RETRYABLE_SQL}", [run_id])
+    value = store.scalar(
+        f"SELECT avg({column}) FROM episodes WHERE run_id = ? AND termination NOT IN {RETRYABLE_SQL}", [run_id]
+    )
     return float(value or 0.0)
 
 
@@ -96,7 +112,7 @@ def _series(store: Store, cycle_id: str | None, resume: bool, count: int) -> tup
             cycle = cycles.start(store, series["ids"][nxt])
             cycles.save_step(store, cycle, "start", series={"ids": series["ids"], "index": nxt})
         series = cycle.state.get("series") or {"ids": [cycle.cycle_id], "index": 0}
-        return cycle, series["ids"][series["index"] + 1:]
+        return cycle, series["ids"][series["index"] + 1 :]
     base = cycle_id or cycles.new_cycle_id()
     ids = [base] if count == 1 else [f"{base}-{i}" for i in range(1, count + 1)]
     cycle = cycles.start(store, ids[0])
@@ -106,8 +122,9 @@ def _series(store: Store, cycle_id: str | None, resume: bool, count: int) -> tup
 
 @flow(name="improve", log_prints=False, validate_parameters=False)
 @stopping.unwinding
-def improve_flow(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False,
-                 cycles_n: int | None = None) -> CycleSummary:
+def improve_flow(
+    cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False, cycles_n: int | None = None
+) -> CycleSummary:
     """Run (or resume) ``cycles_n`` (default ``improve.cycles``) improvement cycles; returns the last's summary.
 
     ``cfg`` may also be a dict or a YAML path (a deployment's parameters). With more than one cycle their
@@ -142,6 +159,7 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
 
     def served(path: Path) -> CampflowConfig:
         return servers.config(path)
+
     reporter = progress.current()
     reporter.start("cycle", f"cycle {cycle.cycle_id}", len(STEPS))
     reporter.advance("cycle", sum(1 for s in STEPS if s in state.get("done", [])))
@@ -180,34 +198,51 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             calibrating = served(model.path).policy if cfg.synthesis.calibration_samples else None
             summary = synthesize_task(cfg, before_run, calibrating, {b: max(lv) for b, lv in levels.items()})
             servers.check()
-            variant_ids = [r["variant_id"] for r in store.query(
-                "SELECT variant_id FROM variants WHERE run_id = ?", [summary["run_id"]])]
-            done("synthesize", synthesis_run=summary["run_id"], variant_ids=variant_ids,
-                 accepted=summary["accepted"])
+            variant_ids = [
+                r["variant_id"]
+                for r in store.query("SELECT variant_id FROM variants WHERE run_id = ?", [summary["run_id"]])
+            ]
+            done("synthesize", synthesis_run=summary["run_id"], variant_ids=variant_ids, accepted=summary["accepted"])
         if pending("probe-before"):
             ids = _probe_ids(store, cfg, state.get("variant_ids") or [])
             run = None
             if ids:
                 run = f"{cycle.cycle_id}-probe-before"
-                collect_flow.with_options(task_runner=runner)(served(model.path), run, only_ids=ids,
-                                                              kind="probe", samples=cfg.eval.samples)
+                collect_flow.with_options(task_runner=runner)(
+                    served(model.path), run, only_ids=ids, kind="probe", samples=cfg.eval.samples
+                )
                 servers.check()
             done("probe-before", probe_before=run, probe_ids=ids)
         if pending("collect"):
-            runs = collect_teachers(cfg, servers, model.path, cycle.cycle_id, runner,
-                                    variant_ids=state.get("variant_ids") or [], levels=levels)
+            runs = collect_teachers(
+                cfg,
+                servers,
+                model.path,
+                cycle.cycle_id,
+                runner,
+                variant_ids=state.get("variant_ids") or [],
+                levels=levels,
+            )
             done("collect", collect_run=runs[0], collect_runs=runs)
         if pending("dataset"):
-            done("dataset", dataset=build_dataset_task(cfg, state.get("collect_runs") or [state["collect_run"]],
-                                                       str(model.path)))
+            done(
+                "dataset",
+                dataset=build_dataset_task(cfg, state.get("collect_runs") or [state["collect_run"]], str(model.path)),
+            )
         if pending("sft"):
             done("sft", sft_model=sft_task(cfg, model.model_id, state["dataset"]))
         sft = checkpoints.get(store, state["sft_model"])
         if pending("rl-band"):
-            found = band.find_band(cfg, runner, sft.path, f"{cycle.cycle_id}-rl-band", levels) if cfg.improve.rl \
-                else None
-            done("rl-band", rl_band_run=found and found.run_id, rl_calibrated=found and found.calibrated,
-                 rl_prompts=found.prompts if found else [], rl_holdout=found.holdout if found else [])
+            found = (
+                band.find_band(cfg, runner, sft.path, f"{cycle.cycle_id}-rl-band", levels) if cfg.improve.rl else None
+            )
+            done(
+                "rl-band",
+                rl_band_run=found and found.run_id,
+                rl_calibrated=found and found.calibrated,
+                rl_prompts=found.prompts if found else [],
+                rl_holdout=found.holdout if found else [],
+            )
         if pending("rl"):
             # an empty band gives GRPO nothing to learn from (every group's rewards are equal): no RL then
             done("rl", rl_model=rl_task(cfg, state["sft_model"], state["rl_prompts"]) if state["rl_prompts"] else None)
@@ -215,9 +250,12 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             effect = None
             if state["rl_model"] and state["rl_holdout"]:
                 rl_path = checkpoints.get(store, state["rl_model"]).path
-                effect = {"instances": len(state["rl_holdout"]), "samples": cfg.training.rl.band_samples,
-                          "sft": band.measure(cfg, runner, sft.path, f"{cycle.cycle_id}-band-sft", state["rl_holdout"]),
-                          "rl": band.measure(cfg, runner, rl_path, f"{cycle.cycle_id}-band-rl", state["rl_holdout"])}
+                effect = {
+                    "instances": len(state["rl_holdout"]),
+                    "samples": cfg.training.rl.band_samples,
+                    "sft": band.measure(cfg, runner, sft.path, f"{cycle.cycle_id}-band-sft", state["rl_holdout"]),
+                    "rl": band.measure(cfg, runner, rl_path, f"{cycle.cycle_id}-band-rl", state["rl_holdout"]),
+                }
             done("rl-effect", rl_effect=effect)
         candidate = checkpoints.get(store, state["rl_model"] or state["sft_model"])
         after_run = f"{cycle.cycle_id}-after"
@@ -230,8 +268,9 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             run = None
             if ids:
                 run = f"{cycle.cycle_id}-probe-after"
-                collect_flow.with_options(task_runner=runner)(served(candidate.path), run, only_ids=ids,
-                                                              kind="probe", samples=cfg.eval.samples)
+                collect_flow.with_options(task_runner=runner)(
+                    served(candidate.path), run, only_ids=ids, kind="probe", samples=cfg.eval.samples
+                )
                 servers.check()
             done("probe-after", probe_after=run)
         if pending("curriculum"):
@@ -239,10 +278,24 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             done("curriculum", curriculum=stepped)
         metric = cfg.improve.metric
         before, after = _metric(store, before_run, metric), _metric(store, after_run, metric)
-        decision = gate(compare(store, before_run, after_run), metric=metric, before=before, after=after,
-                        min_improvement=cfg.improve.min_improvement, max_regression=cfg.improve.max_regression)
-        cycles.decide(store, cycle, candidate=candidate.model_id, metric=metric, before=before, after=after,
-                      promoted=decision.promoted, reason=decision.reason)
+        decision = gate(
+            compare(store, before_run, after_run),
+            metric=metric,
+            before=before,
+            after=after,
+            min_improvement=cfg.improve.min_improvement,
+            max_regression=cfg.improve.max_regression,
+        )
+        cycles.decide(
+            store,
+            cycle,
+            candidate=candidate.model_id,
+            metric=metric,
+            before=before,
+            after=after,
+            promoted=decision.promoted,
+            reason=decision.reason,
+        )
         if pending("promote"):
             done("promote", promoted=decision.promoted)
         if pending("report"):
@@ -259,18 +312,33 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
         servers.close()
     reporter.finish("cycle")
     facts = cycle_facts(store, cycle.cycle_id)
-    return CycleSummary(cycle.cycle_id, model.model_id, candidate.model_id, metric, before, after, decision.promoted,
-                        facts.pass_before, facts.pass_after, Path(state["report"]), decision.reason)
+    return CycleSummary(
+        cycle.cycle_id,
+        model.model_id,
+        candidate.model_id,
+        metric,
+        before,
+        after,
+        decision.promoted,
+        facts.pass_before,
+        facts.pass_after,
+        Path(state["report"]),
+        decision.reason,
+    )
 
 
 def _probe_ids(store: Store, cfg: CampflowConfig, variant_ids: list[str]) -> list[str]:
     """The probes of this cycle's accepted variants (at most ``improve.variant_eval_n``), or none."""
     if not cfg.improve.eval_variants or not variant_ids:
         return []
-    return [r["instance_id"] for r in store.query(
-        "SELECT i.instance_id FROM instances i JOIN variants v USING (variant_id) WHERE i.split = 'probe' "
-        "AND v.status = 'accepted' AND v.variant_id IN (SELECT unnest(?)) ORDER BY i.instance_id LIMIT ?",
-        [variant_ids, cfg.improve.variant_eval_n])]
+    return [
+        r["instance_id"]
+        for r in store.query(
+            "SELECT i.instance_id FROM instances i JOIN variants v USING (variant_id) WHERE i.split = 'probe' "
+            "AND v.status = 'accepted' AND v.variant_id IN (SELECT unnest(?)) ORDER BY i.instance_id LIMIT ?",
+            [variant_ids, cfg.improve.variant_eval_n],
+        )
+    ]
 
 
 def _curriculum_check(cfg: CampflowConfig, store: Store, cycle_id: str) -> list[str]:
@@ -290,7 +358,8 @@ def _curriculum_check(cfg: CampflowConfig, store: Store, cycle_id: str) -> list[
     return out
 
 
-def improve(cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False,
-            cycles_n: int | None = None) -> CycleSummary:
+def improve(
+    cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False, cycles_n: int | None = None
+) -> CycleSummary:
     """Python API of ``campflow improve``."""
     return improve_flow.with_options(task_runner=task_runner(cfg.rollout))(cfg, cycle_id, resume, cycles_n)

@@ -14,19 +14,26 @@ from campflow.tasks.rollout import ShardItem, rollout_shard
 
 def chunks(items: list[ShardItem], size: int) -> list[list[ShardItem]]:
     """``items`` in consecutive shards of at most ``size``."""
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def record_rollouts(store: Store, items: list[ShardItem], policy: PolicyConfig, rollout: RolloutConfig,
-                    run_id: str, meter: progress.Throughput | None = None) -> int:
+def record_rollouts(
+    store: Store,
+    items: list[ShardItem],
+    policy: PolicyConfig,
+    rollout: RolloutConfig,
+    run_id: str,
+    meter: progress.Throughput | None = None,
+) -> int:
     """Run ``items`` as rollout tasks on the flow's task runner, writing each shard's episodes as it
     finishes (so a crash loses at most the shards in flight); returns how many were written. ``meter``
     counts every written episode's tokens and policy latency."""
     reporter = progress.current()
     reporter.start("episodes", "episodes", len(items))
     imports = registered_imports()  # rollout workers in other processes must register them too
-    futures = [rollout_shard.submit(shard, policy, rollout, run_id, imports)
-               for shard in chunks(items, rollout.shard_size)]
+    futures = [
+        rollout_shard.submit(shard, policy, rollout, run_id, imports) for shard in chunks(items, rollout.shard_size)
+    ]
     written = 0
     for future in as_completed(futures):
         episodes = future.result()

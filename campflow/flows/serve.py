@@ -19,9 +19,16 @@ def serve(cfg: CampflowConfig, config_path: Path | None = None) -> None:
     from campflow.flows.watch import watch_flow
 
     parameters = {"cfg": cfg.model_dump(mode="json")}
-    improve = improve_flow.to_deployment(name="campflow-improve", cron=cfg.improve.cron, parameters=parameters,
-                                         description=f"one improvement cycle ({config_path or 'defaults'})")
-    watch = watch_flow.to_deployment(name="campflow-watch", interval=cfg.watch.interval_seconds,
-                                     parameters=parameters,
-                                     description=f"retrain past {cfg.watch.threshold} new failures")
+    improve = improve_flow.to_deployment(
+        name="campflow-improve",
+        cron=cfg.improve.cron,
+        parameters=parameters,
+        description=f"one improvement cycle ({config_path or 'defaults'})",
+    )
+    watch = watch_flow.to_deployment(
+        name="campflow-watch",
+        interval=cfg.watch.interval_seconds,
+        parameters=parameters,
+        description=f"retrain past {cfg.watch.threshold} new failures",
+    )
     prefect_serve(improve, watch)

@@ -52,11 +52,21 @@ def cycle_facts(store: Store, cycle_id: str | None = None) -> CycleFacts:
             raise CampflowError("no improvement cycle has run yet; start one with `campflow improve`")
     rows = store.query("SELECT * FROM cycles WHERE cycle_id = ?", [cycle_id])
     if not rows:
-        raise CampflowError(f"no cycle {cycle_id!r}; `campflow sql \"SELECT cycle_id FROM cycles\"` lists them")
+        raise CampflowError(f'no cycle {cycle_id!r}; `campflow sql "SELECT cycle_id FROM cycles"` lists them')
     c = rows[0]
     state = json.loads(c["state"] or "{}")
-    facts = CycleFacts(cycle_id, c["status"], c["step"], c["metric"], c["before_value"], c["after_value"],
-                       c["promoted"], c["base_model_id"], c["candidate_model_id"], state)
+    facts = CycleFacts(
+        cycle_id,
+        c["status"],
+        c["step"],
+        c["metric"],
+        c["before_value"],
+        c["after_value"],
+        c["promoted"],
+        c["base_model_id"],
+        c["candidate_model_id"],
+        state,
+    )
     facts.pass_before = _pass_rates(store, state.get("eval_before"))
     facts.pass_after = _pass_rates(store, state.get("eval_after"))
     facts.decision = c.get("decision")
@@ -64,46 +74,71 @@ def cycle_facts(store: Store, cycle_id: str | None = None) -> CycleFacts:
     facts.curriculum = state.get("curriculum") or {}
     if state.get("eval_before") and state.get("eval_after"):
         facts.comparisons = compare(store, state["eval_before"], state["eval_after"])
-        for r in store.query("SELECT bootcamp, sum(fixed) AS fixed, sum(regressed) AS regressed, "
-                             "sum(still_failing) AS still_failing, sum(still_passing) AS still_passing "
-                             "FROM cycle_outcome_counts WHERE cycle_id = ? GROUP BY bootcamp ORDER BY bootcamp",
-                             [cycle_id]):
+        for r in store.query(
+            "SELECT bootcamp, sum(fixed) AS fixed, sum(regressed) AS regressed, "
+            "sum(still_failing) AS still_failing, sum(still_passing) AS still_passing "
+            "FROM cycle_outcome_counts WHERE cycle_id = ? GROUP BY bootcamp ORDER BY bootcamp",
+            [cycle_id],
+        ):
             facts.outcomes[r["bootcamp"]] = {k: int(r[k] or 0) for k in OUTCOMES}
         facts.cluster_outcomes = store.query(
             "SELECT bootcamp, cluster_label, sum(instances) AS instances, sum(fixed) AS fixed, "
             "sum(still_failing) AS still_failing FROM cycle_outcome_counts WHERE cycle_id = ? "
             "AND cluster_id IS NOT NULL GROUP BY bootcamp, cluster_id, cluster_label ORDER BY bootcamp, instances DESC",
-            [cycle_id])
+            [cycle_id],
+        )
     facts.probes = store.query(
         "SELECT bootcamp, cluster_label, count(*) AS variants, sum(probes) AS probes, "
         "sum(pass_before * probes) / sum(probes) AS pass_before, sum(pass_after * probes) / sum(probes) AS pass_after "
         "FROM probe_outcomes WHERE cycle_id = ? GROUP BY bootcamp, cluster_id, cluster_label "
-        "ORDER BY bootcamp, probes DESC", [cycle_id])
+        "ORDER BY bootcamp, probes DESC",
+        [cycle_id],
+    )
     if state.get("eval_before"):
-        facts.failure_categories = [(r["bootcamp"], r["category"], int(r["n"])) for r in store.query(
-            "SELECT bootcamp, category, count(*) AS n FROM failures WHERE run_id = ? "
-            "GROUP BY bootcamp, category ORDER BY n DESC", [state["eval_before"]])]
-        facts.clusters = [(r["bootcamp"], r["label"], int(r["size"])) for r in store.query(
-            "SELECT bootcamp, label, size FROM clusters WHERE run_id = ? ORDER BY size DESC", [state["eval_before"]])]
+        facts.failure_categories = [
+            (r["bootcamp"], r["category"], int(r["n"]))
+            for r in store.query(
+                "SELECT bootcamp, category, count(*) AS n FROM failures WHERE run_id = ? "
+                "GROUP BY bootcamp, category ORDER BY n DESC",
+                [state["eval_before"]],
+            )
+        ]
+        facts.clusters = [
+            (r["bootcamp"], r["label"], int(r["size"]))
+            for r in store.query(
+                "SELECT bootcamp, label, size FROM clusters WHERE run_id = ? ORDER BY size DESC", [state["eval_before"]]
+            )
+        ]
     if state.get("variant_ids"):
-        facts.variants = [(r["status"], r["reason"] or "", int(r["n"])) for r in store.query(
-            "SELECT status, coalesce(reject_reason, '') AS reason, count(*) AS n FROM variants "
-            "WHERE variant_id IN (SELECT unnest(?)) GROUP BY status, reason ORDER BY n DESC",
-            [state["variant_ids"]])]
+        facts.variants = [
+            (r["status"], r["reason"] or "", int(r["n"]))
+            for r in store.query(
+                "SELECT status, coalesce(reject_reason, '') AS reason, count(*) AS n FROM variants "
+                "WHERE variant_id IN (SELECT unnest(?)) GROUP BY status, reason ORDER BY n DESC",
+                [state["variant_ids"]],
+            )
+        ]
     for key, target in (("sft_model", "sft_loss"), ("rl_model", "rl_reward")):
         if state.get(key):
-            metrics = json.loads(store.scalar("SELECT metrics FROM checkpoints WHERE model_id = ?",
-                                              [state[key]]) or "{}")
+            metrics = json.loads(
+                store.scalar("SELECT metrics FROM checkpoints WHERE model_id = ?", [state[key]]) or "{}"
+            )
             curve = metrics.get("loss_curve" if target == "sft_loss" else "reward_curve") or []
             setattr(facts, target, [(int(s), float(v)) for s, v in curve])
-    facts.history = [(r["cycle_id"], r["before_value"], r["after_value"], r["promoted"]) for r in store.query(
-        "SELECT cycle_id, before_value, after_value, promoted FROM cycles WHERE status = 'completed' "
-        "ORDER BY started_at")]
+    facts.history = [
+        (r["cycle_id"], r["before_value"], r["after_value"], r["promoted"])
+        for r in store.query(
+            "SELECT cycle_id, before_value, after_value, promoted FROM cycles WHERE status = 'completed' "
+            "ORDER BY started_at"
+        )
+    ]
     return facts
 
 
 def _pass_rates(store: Store, run_id: str | None) -> dict[str, float]:
     if not run_id:
         return {}
-    return {r["bootcamp"]: float(r["pass_rate"] or 0.0) for r in store.query(
-        "SELECT bootcamp, pass_rate FROM pass_rates WHERE run_id = ? ORDER BY bootcamp", [run_id])}
+    return {
+        r["bootcamp"]: float(r["pass_rate"] or 0.0)
+        for r in store.query("SELECT bootcamp, pass_rate FROM pass_rates WHERE run_id = ? ORDER BY bootcamp", [run_id])
+    }

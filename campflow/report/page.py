@@ -39,16 +39,21 @@ def write_report(facts: CycleFacts, out_dir: Path) -> Path:
         names = sorted(facts.outcomes)
         fig, ax = plt.subplots(figsize=(max(4, 1.3 * len(names) + 2), 3.4))
         bottom = [0] * len(names)
-        colors = {"fixed": "tab:green", "regressed": "tab:red", "still_failing": "tab:gray",
-                  "still_passing": "tab:blue"}
+        colors = {
+            "fixed": "tab:green",
+            "regressed": "tab:red",
+            "still_failing": "tab:gray",
+            "still_passing": "tab:blue",
+        }
         for outcome in OUTCOMES:
             counts = [facts.outcomes[n][outcome] for n in names]
             ax.bar(names, counts, bottom=bottom, label=outcome.replace("_", " "), color=colors[outcome])
             bottom = [b + c for b, c in zip(bottom, counts)]
         ax.set_ylabel("eval-split instances")
         ax.legend(fontsize=8)
-        save(fig, "outcomes.png", "Eval-split instances before vs after: fixed, regressed, still failing, "
-                                  "still passing")
+        save(
+            fig, "outcomes.png", "Eval-split instances before vs after: fixed, regressed, still failing, still passing"
+        )
     if facts.probes:
         labels = [f"{p['bootcamp']}: {(p['cluster_label'] or '')[:36]}" for p in facts.probes[:15]]
         fig, ax = plt.subplots(figsize=(6, 0.45 * len(labels) + 1.2))
@@ -108,18 +113,22 @@ def write_report(facts: CycleFacts, out_dir: Path) -> Path:
 def _html(facts: CycleFacts, figures: list[tuple[str, str]]) -> str:
     e = html.escape
     decision = {True: "promoted", False: "not promoted", None: "undecided"}[facts.promoted]
-    rows = "".join(f"<tr><td>{e(b)}</td><td>{facts.pass_before.get(b, 0):.1%}</td>"
-                   f"<td>{facts.pass_after.get(b, 0):.1%}</td></tr>"
-                   for b in sorted(set(facts.pass_before) | set(facts.pass_after)))
-    imgs = "".join(f'<figure><img src="{e(n)}" alt="{e(c)}"><figcaption>{e(c)}</figcaption></figure>'
-                   for n, c in figures)
+    rows = "".join(
+        f"<tr><td>{e(b)}</td><td>{facts.pass_before.get(b, 0):.1%}</td><td>{facts.pass_after.get(b, 0):.1%}</td></tr>"
+        for b in sorted(set(facts.pass_before) | set(facts.pass_after))
+    )
+    imgs = "".join(
+        f'<figure><img src="{e(n)}" alt="{e(c)}"><figcaption>{e(c)}</figcaption></figure>' for n, c in figures
+    )
     before = "n/a" if facts.before_value is None else f"{facts.before_value:.1%}"
     after = "n/a" if facts.after_value is None else f"{facts.after_value:.1%}"
     if facts.comparisons:
         rows = "".join(
             f"<tr><td>{e(c.scope)}</td><td>{c.p_before:.1%} ± {binomial_se(c.p_before, c.n_before):.1%} "
             f"(n={c.n_before})</td><td>{c.p_after:.1%} ± {binomial_se(c.p_after, c.n_after):.1%} (n={c.n_after})</td>"
-            f"<td>{100 * c.delta:+.1f} ± {100 * c.se:.1f} points</td></tr>" for c in facts.comparisons)
+            f"<td>{100 * c.delta:+.1f} ± {100 * c.se:.1f} points</td></tr>"
+            for c in facts.comparisons
+        )
     tables = _tables(facts)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>campflow cycle {e(facts.cycle_id)}</title>
@@ -143,31 +152,46 @@ def _tables(facts: CycleFacts) -> str:
     out = []
     if facts.outcomes:
         head = "".join(f"<th>{o.replace('_', ' ')}</th>" for o in OUTCOMES)
-        body = "".join(f"<tr><td>{e(b)}</td>" + "".join(f"<td>{counts[o]}</td>" for o in OUTCOMES) + "</tr>"
-                       for b, counts in sorted(facts.outcomes.items()))
+        body = "".join(
+            f"<tr><td>{e(b)}</td>" + "".join(f"<td>{counts[o]}</td>" for o in OUTCOMES) + "</tr>"
+            for b, counts in sorted(facts.outcomes.items())
+        )
         out.append(f"<h2>Outcomes per eval-split instance</h2><table><tr><th>bootcamp</th>{head}</tr>{body}</table>")
     if facts.cluster_outcomes:
-        body = "".join(f"<tr><td>{e(r['bootcamp'])}</td><td>{e(r['cluster_label'] or '')}</td><td>{r['instances']}</td>"
-                       f"<td>{r['fixed']}</td><td>{r['still_failing']}</td></tr>" for r in facts.cluster_outcomes)
-        out.append("<h2>Failure clusters of the evaluation before training</h2><table><tr><th>bootcamp</th>"
-                   f"<th>cluster</th><th>instances</th><th>fixed</th><th>still failing</th></tr>{body}</table>")
+        body = "".join(
+            f"<tr><td>{e(r['bootcamp'])}</td><td>{e(r['cluster_label'] or '')}</td><td>{r['instances']}</td>"
+            f"<td>{r['fixed']}</td><td>{r['still_failing']}</td></tr>"
+            for r in facts.cluster_outcomes
+        )
+        out.append(
+            "<h2>Failure clusters of the evaluation before training</h2><table><tr><th>bootcamp</th>"
+            f"<th>cluster</th><th>instances</th><th>fixed</th><th>still failing</th></tr>{body}</table>"
+        )
     if facts.probes:
         body = "".join(
             f"<tr><td>{e(p['bootcamp'])}</td><td>{e(p['cluster_label'] or '')}</td><td>{p['variants']}</td>"
             f"<td>{p['probes']}</td><td>{p['pass_before']:.1%} ± {binomial_se(p['pass_before'], p['probes']):.1%}</td>"
-            f"<td>{p['pass_after']:.1%} ± {binomial_se(p['pass_after'], p['probes']):.1%}</td></tr>" for p in facts.probes)
-        out.append("<h2>Held-out probes of the variants, per cluster</h2><table><tr><th>bootcamp</th><th>cluster</th>"
-                   f"<th>variants</th><th>probes</th><th>starting model</th><th>candidate</th></tr>{body}</table>")
+            f"<td>{p['pass_after']:.1%} ± {binomial_se(p['pass_after'], p['probes']):.1%}</td></tr>"
+            for p in facts.probes
+        )
+        out.append(
+            "<h2>Held-out probes of the variants, per cluster</h2><table><tr><th>bootcamp</th><th>cluster</th>"
+            f"<th>variants</th><th>probes</th><th>starting model</th><th>candidate</th></tr>{body}</table>"
+        )
     if facts.rl_effect:
         r = facts.rl_effect
         n = r["instances"] * r["samples"]
         se = (binomial_se(r["sft"], n) ** 2 + binomial_se(r["rl"], n) ** 2) ** 0.5
-        out.append(f"<h2>RL on the learnable band</h2><p>On {r['instances']} held-out band instances x {r['samples']} "
-                   f"samples: SFT checkpoint {r['sft']:.1%}, RL checkpoint {r['rl']:.1%} "
-                   f"({100 * (r['rl'] - r['sft']):+.1f} ± {100 * se:.1f} points).</p>")
+        out.append(
+            f"<h2>RL on the learnable band</h2><p>On {r['instances']} held-out band instances x {r['samples']} "
+            f"samples: SFT checkpoint {r['sft']:.1%}, RL checkpoint {r['rl']:.1%} "
+            f"({100 * (r['rl'] - r['sft']):+.1f} ± {100 * se:.1f} points).</p>"
+        )
     elif facts.state.get("rl_band_run") and "rl" in facts.state.get("done", []) and not facts.state.get("rl_model"):
-        out.append("<h2>RL on the learnable band</h2><p>No RL: the SFT checkpoint has no learnable band "
-                   "(no train instance it passes some but not all samples of).</p>")
+        out.append(
+            "<h2>RL on the learnable band</h2><p>No RL: the SFT checkpoint has no learnable band "
+            "(no train instance it passes some but not all samples of).</p>"
+        )
     if facts.curriculum:
         levels = ", ".join(f"{e(b)} {lv}" for b, lv in sorted(facts.curriculum.items()))
         out.append(f"<p>Curriculum: the next cycle trains up to level {levels}.</p>")

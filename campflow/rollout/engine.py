@@ -47,10 +47,15 @@ class RolloutSettings:
     @classmethod
     def from_config(cls, cfg: RolloutConfig) -> RolloutSettings:
         """The limits of the ``rollout`` config section."""
-        return cls(max_turns=cfg.max_turns, episode_timeout=cfg.episode_timeout,
-                   max_consecutive_errors=cfg.max_consecutive_errors, max_calls_per_turn=cfg.max_calls_per_turn,
-                   max_reply_chars=cfg.max_reply_chars, max_observation_chars=cfg.max_observation_chars,
-                   max_context_tokens=cfg.max_context_tokens)
+        return cls(
+            max_turns=cfg.max_turns,
+            episode_timeout=cfg.episode_timeout,
+            max_consecutive_errors=cfg.max_consecutive_errors,
+            max_calls_per_turn=cfg.max_calls_per_turn,
+            max_reply_chars=cfg.max_reply_chars,
+            max_observation_chars=cfg.max_observation_chars,
+            max_context_tokens=cfg.max_context_tokens,
+        )
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,10 @@ class EpisodeSpec:
 
 
 async def run_episode(
-    spec: EpisodeSpec, policy: Policy, settings: RolloutSettings = RolloutSettings(), run_id: str = "",
+    spec: EpisodeSpec,
+    policy: Policy,
+    settings: RolloutSettings = RolloutSettings(),
+    run_id: str = "",
 ) -> Episode:
     """Play one episode to its end and score it. Never raises (except on cancellation)."""
     bootcamp, instance = spec.bootcamp, spec.instance
@@ -93,21 +101,48 @@ async def run_episode(
     if termination is None:  # a final tool ended the episode
         termination = Termination.SOLVED if success else Termination.WRONG_ANSWER
     return Episode(
-        run_id=run_id, instance_id=instance.id, bootcamp=bootcamp.name, model_id=policy.model_id,
-        sample=spec.sample, reward=float(reward), success=bool(success and termination == Termination.SOLVED),
-        termination=termination, turns=run.turns, tool_calls=run.tool_calls, invalid_calls=run.invalid_calls,
-        prompt_tokens=run.prompt_tokens, completion_tokens=run.completion_tokens, latency_s=run.latency,
-        wall_s=time.perf_counter() - started, transcript=run.transcript, details=details, error=run.error,
+        run_id=run_id,
+        instance_id=instance.id,
+        bootcamp=bootcamp.name,
+        model_id=policy.model_id,
+        sample=spec.sample,
+        reward=float(reward),
+        success=bool(success and termination == Termination.SOLVED),
+        termination=termination,
+        turns=run.turns,
+        tool_calls=run.tool_calls,
+        invalid_calls=run.invalid_calls,
+        prompt_tokens=run.prompt_tokens,
+        completion_tokens=run.completion_tokens,
+        latency_s=run.latency,
+        wall_s=time.perf_counter() - started,
+        transcript=run.transcript,
+        details=details,
+        error=run.error,
         level=instance.level,
     )
 
 
 def _unplayed(spec: EpisodeSpec, policy: Policy, run_id: str, started: float, error: str) -> Episode:
     return Episode(
-        run_id=run_id, instance_id=spec.instance.id, bootcamp=spec.bootcamp.name, model_id=policy.model_id,
-        sample=spec.sample, reward=0.0, success=False, termination=Termination.INFRA_ERROR, turns=0, tool_calls=0,
-        invalid_calls=0, prompt_tokens=0, completion_tokens=0, latency_s=0.0, wall_s=time.perf_counter() - started,
-        transcript=[], error=error, level=spec.instance.level,
+        run_id=run_id,
+        instance_id=spec.instance.id,
+        bootcamp=spec.bootcamp.name,
+        model_id=policy.model_id,
+        sample=spec.sample,
+        reward=0.0,
+        success=False,
+        termination=Termination.INFRA_ERROR,
+        turns=0,
+        tool_calls=0,
+        invalid_calls=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        latency_s=0.0,
+        wall_s=time.perf_counter() - started,
+        transcript=[],
+        error=error,
+        level=spec.instance.level,
     )
 
 
@@ -159,8 +194,9 @@ class _EpisodeRun:
             self.turns += 1
             try:  # from here on the reply is handled: whatever fails is the model's output (module docstring)
                 # Most turns are one well-formed native call: run it without the general parse.
-                call = one_native_call(reply.content, reply.tool_calls, reply.reasoning, tools, s.max_calls_per_turn,
-                                       s.max_reply_chars)
+                call = one_native_call(
+                    reply.content, reply.tool_calls, reply.reasoning, tools, s.max_calls_per_turn, s.max_reply_chars
+                )
                 if call is not None:
                     if self._run_single(call, reply):
                         return None
@@ -175,8 +211,9 @@ class _EpisodeRun:
             except MemoryError:
                 raise
             except Exception as exc:
-                return self.end(Termination.FORMAT_ERROR,
-                                f"the reply could not be handled: {type(exc).__name__}: {exc}")
+                return self.end(
+                    Termination.FORMAT_ERROR, f"the reply could not be handled: {type(exc).__name__}: {exc}"
+                )
             if failure is None:
                 errors_in_a_row = 0
             else:
@@ -184,9 +221,10 @@ class _EpisodeRun:
                 if errors_in_a_row >= s.max_consecutive_errors:
                     return self.end(*failure)
             if s.max_context_tokens is not None and self._context_tokens > s.max_context_tokens:
-                return self.end(Termination.CONTEXT_OVERFLOW,
-                                f"conversation reached {self._context_tokens} tokens; the budget is "
-                                f"{s.max_context_tokens}")
+                return self.end(
+                    Termination.CONTEXT_OVERFLOW,
+                    f"conversation reached {self._context_tokens} tokens; the budget is {s.max_context_tokens}",
+                )
             fb = b.feedback(inst, self.state, turn)
             if fb:
                 self._add({"role": "user", "content": fb})
@@ -197,8 +235,15 @@ class _EpisodeRun:
         whether the episode ended, and the termination this turn counts towards if it had no usable call."""
         b, inst, s = self.spec.bootcamp, self.spec.instance, self.settings
         content = clean_text(reply.content)
-        parsed = parse_turn(content, reply.tool_calls, self.tools, turn=turn, reasoning=reply.reasoning,
-                            max_calls=s.max_calls_per_turn, max_chars=s.max_reply_chars)
+        parsed = parse_turn(
+            content,
+            reply.tool_calls,
+            self.tools,
+            turn=turn,
+            reasoning=reply.reasoning,
+            max_calls=s.max_calls_per_turn,
+            max_chars=s.max_reply_chars,
+        )
         chars_before = self._chars
         argument_chars = self._record_assistant(parsed)
         self._count_tokens(reply, chars_before, len(content) + (argument_chars if parsed.source == "native" else 0))
@@ -220,8 +265,11 @@ class _EpisodeRun:
         same transcript and counts without the general path's lists, for the turn most replies are;
         tests/test_malformed_output.py checks both paths agree); True when the episode ended."""
         cid, name, arguments = call.id, call.name, call.raw_arguments
-        msg = {"role": "assistant", "content": "",
-               "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}]}
+        msg = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}],
+        }
         transcript, messages = self.transcript, self.messages
         transcript.append(msg)
         messages.append(msg)
@@ -270,13 +318,13 @@ class _EpisodeRun:
             except MemoryError:
                 raise
             except Exception as exc:
-                raise self._tool_failed(call.id, call.name, exc, parsed.calls[i + 1:]) from exc
+                raise self._tool_failed(call.id, call.name, exc, parsed.calls[i + 1 :]) from exc
             self._add_tool(call.id, call.name, obs.text)
             if obs.image is not None:
                 images.append((call.id, obs.image))
             if obs.final:
                 self.state.finished = True
-                self._not_run(parsed.calls[i + 1:])
+                self._not_run(parsed.calls[i + 1 :])
                 return True
         for call_id, png in images:
             self._add({"role": "user", "content": image_parts(f"Image returned by call {call_id}:", png)})
@@ -303,8 +351,9 @@ class _EpisodeRun:
             calls = []
             for c in parsed.calls:
                 if c.name:
-                    calls.append({"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.raw_arguments}})
+                    calls.append(
+                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw_arguments}}
+                    )
                     argument_chars += len(c.raw_arguments)
             if calls:
                 msg["tool_calls"] = calls
@@ -388,7 +437,10 @@ async def run_episodes(
 
 
 def rollout(
-    specs: Sequence[EpisodeSpec], policy: Policy, settings: RolloutSettings = RolloutSettings(), **kwargs: Any,
+    specs: Sequence[EpisodeSpec],
+    policy: Policy,
+    settings: RolloutSettings = RolloutSettings(),
+    **kwargs: Any,
 ) -> list[Episode]:
     """Synchronous :func:`run_episodes`, for scripts and worker threads with no running event loop."""
     return asyncio.run(run_episodes(specs, policy, settings, **kwargs))

@@ -35,8 +35,15 @@ class Termination(StrEnum):
 
 # The taxonomy's groups: every termination but SOLVED is in exactly one. This is the one place they are
 # written down; the store's views and queries render them as SQL (storage.schema.sql_values).
-MODEL_FAILURES = frozenset({Termination.WRONG_ANSWER, Termination.MAX_TURNS, Termination.INVALID_TOOL_CALL,
-                            Termination.FORMAT_ERROR, Termination.CONTEXT_OVERFLOW})
+MODEL_FAILURES = frozenset(
+    {
+        Termination.WRONG_ANSWER,
+        Termination.MAX_TURNS,
+        Termination.INVALID_TOOL_CALL,
+        Termination.FORMAT_ERROR,
+        Termination.CONTEXT_OVERFLOW,
+    }
+)
 # A wall-clock timeout says more about the machine than the model, so it is retried, not mined.
 RETRYABLE = frozenset({Termination.INFRA_ERROR, Termination.TIMEOUT})
 

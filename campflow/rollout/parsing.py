@@ -39,6 +39,7 @@ class ParsedCall:
     error_kind: str | None = None
     span: tuple[int, int] | None = None  # where a text call's <tool_call> block lies in the reply
 
+
 @dataclass(slots=True)
 class ParsedTurn:
     """A reply split into reasoning, visible content and tool calls."""
@@ -78,7 +79,7 @@ def split_reasoning(content: str) -> tuple[str | None, str]:
     m = _THINK_RE.match(content)
     if not m:
         return None, content
-    return m.group(1).strip(), content[m.end():].lstrip()
+    return m.group(1).strip(), content[m.end() :].lstrip()
 
 
 def parse_turn(
@@ -113,8 +114,9 @@ def parse_turn(
     text = clean_text(content)
     reasoning_text = clean_text(reasoning)
     if len(reasoning_text) > max_chars:  # kept, but not all of it: the transcript stays within the limits
-        reasoning_text = (reasoning_text[:max_chars]
-                          + f"\n[... truncated, {len(reasoning_text) - max_chars} more characters]")
+        reasoning_text = (
+            reasoning_text[:max_chars] + f"\n[... truncated, {len(reasoning_text) - max_chars} more characters]"
+        )
     if len(text) > max_chars:  # before any parsing: nothing of an overlong reply is read
         return _overlong(text, len(text), max_chars)
     think, text = split_reasoning(text) if "<think>" in text else (None, text)
@@ -128,8 +130,11 @@ def parse_turn(
         for i, call in enumerate(native_calls):
             fn = call.get("function") if isinstance(call, dict) else None
             if not isinstance(fn, dict):
-                turn_result.calls.append(ParsedCall(f"call_{turn}_{i}", "", "", error="a tool call without a function",
-                                                    error_kind="not_an_object"))
+                turn_result.calls.append(
+                    ParsedCall(
+                        f"call_{turn}_{i}", "", "", error="a tool call without a function", error_kind="not_an_object"
+                    )
+                )
                 continue
             cid = call.get("id") or f"call_{turn}_{i}"
             raw_calls.append((clean_text(cid), clean_text(fn.get("name")), fn.get("arguments"), None))
@@ -142,36 +147,60 @@ def parse_turn(
             return turn_result
         for i, span in enumerate(spans):
             cid = f"call_{turn}_{i}"
-            body = text[span[0] + len(TOOL_CALL_OPEN): span[1] - len(TOOL_CALL_CLOSE)]
+            body = text[span[0] + len(TOOL_CALL_OPEN) : span[1] - len(TOOL_CALL_CLOSE)]
             obj, problem = _load_json(body)
             if problem is not None:
-                turn_result.calls.append(ParsedCall(cid, "", body.strip()[:500],
-                                                    error=f"the <tool_call> body is not valid JSON ({problem})",
-                                                    error_kind="invalid_json"))
+                turn_result.calls.append(
+                    ParsedCall(
+                        cid,
+                        "",
+                        body.strip()[:500],
+                        error=f"the <tool_call> body is not valid JSON ({problem})",
+                        error_kind="invalid_json",
+                    )
+                )
                 continue
             if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-                turn_result.calls.append(ParsedCall(cid, "", body.strip()[:500],
-                                                    error='a <tool_call> must hold {"name": ..., "arguments": {...}}',
-                                                    error_kind="not_an_object"))
+                turn_result.calls.append(
+                    ParsedCall(
+                        cid,
+                        "",
+                        body.strip()[:500],
+                        error='a <tool_call> must hold {"name": ..., "arguments": {...}}',
+                        error_kind="not_an_object",
+                    )
+                )
                 continue
             raw_calls.append((cid, obj["name"], obj.get("arguments", {}), span))
         if unclosed > 0:
-            turn_result.calls.append(ParsedCall(f"call_{turn}_{len(spans)}", "", "",
-                                                error="a <tool_call> was not closed; it was ignored",
-                                                error_kind="invalid_json"))
+            turn_result.calls.append(
+                ParsedCall(
+                    f"call_{turn}_{len(spans)}",
+                    "",
+                    "",
+                    error="a <tool_call> was not closed; it was ignored",
+                    error_kind="invalid_json",
+                )
+            )
     else:
         return turn_result
     for cid, name, arguments, span in raw_calls:
         if len(turn_result.calls) >= max_calls:
-            turn_result.calls.append(ParsedCall(cid, name, _arguments_text(arguments)[0],
-                                                error=f"more than {max_calls} calls in one turn; this call was not "
-                                                "run", error_kind="too_many_calls", span=span))
+            turn_result.calls.append(
+                ParsedCall(
+                    cid,
+                    name,
+                    _arguments_text(arguments)[0],
+                    error=f"more than {max_calls} calls in one turn; this call was not run",
+                    error_kind="too_many_calls",
+                    span=span,
+                )
+            )
             break
         call = _validate(cid, name, arguments, tools)
         call.span = span
         turn_result.calls.append(call)
-    chars = len(text) + sum(len(c.id) + len(c.name) + len(c.raw_arguments)
-                                                  for c in turn_result.calls if c.span is None)
+    chars = len(text) + sum(len(c.id) + len(c.name) + len(c.raw_arguments) for c in turn_result.calls if c.span is None)
     if chars > max_chars:
         return _overlong(text, chars, max_chars)
     if turn_result.source == "text":
@@ -209,8 +238,11 @@ def _without_blocks(text: str, spans: list[tuple[int, int]]) -> str:
 
 
 def _overlong(text: str, chars: int, max_chars: int) -> ParsedTurn:
-    return ParsedTurn(content=text[:max_chars], reasoning=None,
-                      format_error=f"the reply has {chars} characters; at most {max_chars} are read")
+    return ParsedTurn(
+        content=text[:max_chars],
+        reasoning=None,
+        format_error=f"the reply has {chars} characters; at most {max_chars} are read",
+    )
 
 
 def _load_json(text: str) -> tuple[Any, str | None]:
@@ -238,7 +270,11 @@ def _arguments_text(arguments: Any) -> tuple[str, str | None]:
 
 
 def one_native_call(
-    content: Any, native_calls: Any, reasoning: Any, tools: Mapping[str, Tool], max_calls: int = 8,
+    content: Any,
+    native_calls: Any,
+    reasoning: Any,
+    tools: Mapping[str, Tool],
+    max_calls: int = 8,
     max_chars: int = NO_LIMIT,
 ) -> ParsedCall | None:
     """The turn most replies are: no text, no reasoning, one well-formed native call to a known tool
@@ -248,16 +284,30 @@ def one_native_call(
     takes the general path). Most turns of a long rollout come through here, so it checks types
     exactly instead of cleaning and copying.
     """
-    if not ((content is None or content == "") and reasoning is None and type(native_calls) is list
-            and len(native_calls) == 1 and max_calls > 0):
+    if not (
+        (content is None or content == "")
+        and reasoning is None
+        and type(native_calls) is list
+        and len(native_calls) == 1
+        and max_calls > 0
+    ):
         return None
     call = native_calls[0]
     fn = call.get("function") if type(call) is dict else None
     if type(fn) is not dict:
         return None
     cid, name, raw = call.get("id"), fn.get("name"), fn.get("arguments")
-    if not (type(cid) is str and type(name) is str and type(raw) is str and cid and raw
-            and cid.isascii() and name.isascii() and raw.isascii() and len(cid) + len(name) + len(raw) <= max_chars):
+    if not (
+        type(cid) is str
+        and type(name) is str
+        and type(raw) is str
+        and cid
+        and raw
+        and cid.isascii()
+        and name.isascii()
+        and raw.isascii()
+        and len(cid) + len(name) + len(raw) <= max_chars
+    ):
         return None
     tool = tools.get(name)
     if tool is None:
@@ -271,8 +321,9 @@ def one_native_call(
 def _validate(cid: str, name: str, arguments: Any, tools: Mapping[str, Tool]) -> ParsedCall:
     raw, unwritable = _arguments_text(arguments)
     if unwritable is not None:
-        return ParsedCall(cid, name, raw, error=f"arguments of {name[:80]} cannot be read: {unwritable}",
-                          error_kind="invalid_json")
+        return ParsedCall(
+            cid, name, raw, error=f"arguments of {name[:80]} cannot be read: {unwritable}", error_kind="invalid_json"
+        )
     tool = tools.get(name)
     if tool is not None and raw:
         try:  # the common case in one step: pydantic parses and validates the JSON text together
@@ -280,24 +331,41 @@ def _validate(cid: str, name: str, arguments: Any, tools: Mapping[str, Tool]) ->
         except ValidationError:
             pass  # below, the slow path finds out exactly what is wrong, for the model's benefit
     if tool is None:
-        return ParsedCall(cid, name, raw, error=f"unknown tool {name[:80]!r}; available: {', '.join(tools)}",
-                          error_kind="unknown_tool")
+        return ParsedCall(
+            cid,
+            name,
+            raw,
+            error=f"unknown tool {name[:80]!r}; available: {', '.join(tools)}",
+            error_kind="unknown_tool",
+        )
     if isinstance(arguments, str):
         arguments, problem = _load_json(arguments) if arguments.strip() else ({}, None)
         if problem is not None:
-            return ParsedCall(cid, name, raw, error=f"arguments of {name} are not valid JSON ({problem})",
-                              error_kind="invalid_json")
+            return ParsedCall(
+                cid, name, raw, error=f"arguments of {name} are not valid JSON ({problem})", error_kind="invalid_json"
+            )
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        return ParsedCall(cid, name, raw, error=f"arguments of {name} must be a JSON object, got "
-                          f"{type(arguments).__name__}", error_kind="not_an_object")
+        return ParsedCall(
+            cid,
+            name,
+            raw,
+            error=f"arguments of {name} must be a JSON object, got {type(arguments).__name__}",
+            error_kind="not_an_object",
+        )
     try:
         model = tool.args_model.model_validate(arguments)
     except ValidationError as exc:
         kinds = {e["type"] for e in exc.errors()}
-        kind = ("missing_argument" if "missing" in kinds else
-                "extra_argument" if "extra_forbidden" in kinds else "wrong_type")
-        return ParsedCall(cid, name, raw, error=f"invalid arguments for {name}: {format_validation_error(exc)}",
-                          error_kind=kind)
+        kind = (
+            "missing_argument"
+            if "missing" in kinds
+            else "extra_argument"
+            if "extra_forbidden" in kinds
+            else "wrong_type"
+        )
+        return ParsedCall(
+            cid, name, raw, error=f"invalid arguments for {name}: {format_validation_error(exc)}", error_kind=kind
+        )
     return ParsedCall(cid, name, raw, arguments=model)

@@ -25,7 +25,9 @@ def _request(base_url: str, route: str, body: dict[str, Any] | None = None, api_
             return response.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:300]
-        raise ServingError(f"{'POST' if body is not None else 'GET'} {url} answered HTTP {exc.code}: {detail}") from None
+        raise ServingError(
+            f"{'POST' if body is not None else 'GET'} {url} answered HTTP {exc.code}: {detail}"
+        ) from None
     except OSError as exc:
         raise ServingError(f"cannot reach {url} (serving.base_url): {exc}") from None
 

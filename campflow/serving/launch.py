@@ -62,8 +62,10 @@ def render_command(template: str, values: dict[str, Any]) -> list[str]:
         line = template.format(**{k: shlex.quote(str(values[k])) for k in PLACEHOLDERS})
         return shlex.split(line)
     except KeyError as exc:
-        raise ServingError(f"serving.command = {template!r}: unknown placeholder {{{exc.args[0]}}}; "
-                           f"expected some of {', '.join('{' + p + '}' for p in PLACEHOLDERS)}") from None
+        raise ServingError(
+            f"serving.command = {template!r}: unknown placeholder {{{exc.args[0]}}}; "
+            f"expected some of {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+        ) from None
     except (ValueError, IndexError) as exc:
         raise ServingError(f"serving.command = {template!r}: not a command line ({exc})") from None
 
@@ -111,16 +113,37 @@ class LaunchedServer:
         startup_timeout: seconds for the server to answer.
     """
 
-    def __init__(self, template: str, path: str, name: str, log_dir: Path, *, port: int | None = None,
-                 startup_timeout: float = 600.0, base: str | None = None, adapter: str = "") -> None:
+    def __init__(
+        self,
+        template: str,
+        path: str,
+        name: str,
+        log_dir: Path,
+        *,
+        port: int | None = None,
+        startup_timeout: float = 600.0,
+        base: str | None = None,
+        adapter: str = "",
+    ) -> None:
         if port is not None and port_in_use(port):
-            raise ServingError(f"serving.port = {port}: port {port} on {HOST} is already in use; free it or "
-                               "set serving.port: null to pick a free one")
+            raise ServingError(
+                f"serving.port = {port}: port {port} on {HOST} is already in use; free it or "
+                "set serving.port: null to pick a free one"
+            )
         self.port = port or free_port()
         self.name = name
-        self.argv = render_command(template, {"path": path, "base": base or path, "adapter": adapter,
-                                              "port": self.port, "name": name, "host": HOST,
-                                              "python": sys.executable})
+        self.argv = render_command(
+            template,
+            {
+                "path": path,
+                "base": base or path,
+                "adapter": adapter,
+                "port": self.port,
+                "name": name,
+                "host": HOST,
+                "python": sys.executable,
+            },
+        )
         log_dir.mkdir(parents=True, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         self.log_path = log_dir / f"{safe}-{self.port}.log"
@@ -154,8 +177,13 @@ class LaunchedServer:
                     log.flush()
                     parent = os.getpid()
                     spawned["process"] = subprocess.Popen(
-                        self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        start_new_session=True, preexec_fn=lambda: _die_with_parent(parent))
+                        self.argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=lambda: _die_with_parent(parent),
+                    )
             except OSError as exc:
                 spawned["error"] = exc
                 return
@@ -167,8 +195,10 @@ class LaunchedServer:
         ready.wait()
         if "error" in spawned:
             exc = spawned["error"]
-            raise ServingError(f"cannot start the server `{shlex.join(self.argv)}` (serving.command): "
-                               f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+            raise ServingError(
+                f"cannot start the server `{shlex.join(self.argv)}` (serving.command): "
+                f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+            )
         self.process = spawned["process"]
         try:
             self._wait_ready()
@@ -183,18 +213,24 @@ class LaunchedServer:
         while True:
             code = self.process.poll()
             if code is not None:
-                raise ServingError(f"the server `{shlex.join(self.argv)}` exited with code {code} before it "
-                                   f"answered; log {self.log_path}: {log_tail(self.log_path)}")
+                raise ServingError(
+                    f"the server `{shlex.join(self.argv)}` exited with code {code} before it "
+                    f"answered; log {self.log_path}: {log_tail(self.log_path)}"
+                )
             served = self._served_models()
             if served is not None:
                 if self.name in served:
                     return
-                raise ServingError(f"the server on port {self.port} serves {served}, not {self.name!r}: does "
-                                   f"serving.command pass --served-model-name {{name}}? log {self.log_path}")
+                raise ServingError(
+                    f"the server on port {self.port} serves {served}, not {self.name!r}: does "
+                    f"serving.command pass --served-model-name {{name}}? log {self.log_path}"
+                )
             if time.monotonic() > deadline:
-                raise ServingError(f"the server did not answer GET {self.base_url}/models within "
-                                   f"serving.startup_timeout = {self.startup_timeout:g}s; log {self.log_path}: "
-                                   f"{log_tail(self.log_path)}")
+                raise ServingError(
+                    f"the server did not answer GET {self.base_url}/models within "
+                    f"serving.startup_timeout = {self.startup_timeout:g}s; log {self.log_path}: "
+                    f"{log_tail(self.log_path)}"
+                )
             time.sleep(0.25)
 
     def _served_models(self) -> list[str] | None:
@@ -212,9 +248,11 @@ class LaunchedServer:
             ServingError: naming its exit code and log.
         """
         if self.process is not None and (code := self.process.poll()) is not None:
-            raise ServingError(f"the server for {self.name} (pid {self.process.pid}) exited with code {code} "
-                               f"during the run; its episodes are infra_error and the step runs again on "
-                               f"resume; log {self.log_path}: {log_tail(self.log_path)}")
+            raise ServingError(
+                f"the server for {self.name} (pid {self.process.pid}) exited with code {code} "
+                f"during the run; its episodes are infra_error and the step runs again on "
+                f"resume; log {self.log_path}: {log_tail(self.log_path)}"
+            )
 
     def stop(self, grace: float = 15.0) -> None:
         """End the server's process group: SIGTERM, up to ``grace`` seconds, then SIGKILL."""

@@ -41,8 +41,13 @@ def _openai_policy(cfg: CampflowConfig, name: str, base_url: str, api_key_env: s
 class _Served:
     """One checkpoint being served: its policy config and how to check on it and end it."""
 
-    def __init__(self, policy: PolicyConfig, server: LaunchedServer | None = None, unload: tuple[str, str] | None = None,
-                 api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        policy: PolicyConfig,
+        server: LaunchedServer | None = None,
+        unload: tuple[str, str] | None = None,
+        api_key: str | None = None,
+    ) -> None:
         self.policy, self.server, self.unload, self.api_key = policy, server, unload, api_key
 
     def check(self) -> None:
@@ -65,8 +70,16 @@ def _serve(cfg: CampflowConfig, path: Path) -> _Served:
     base = _adapter_base(path)
     if s.kind == "launch":
         log_dir = s.log_dir or cfg.workspace.path / "serving-logs"
-        server = LaunchedServer(s.command, str(path), name, Path(log_dir), port=s.port,
-                                startup_timeout=s.startup_timeout, base=base, adapter=str(path) if base else "")
+        server = LaunchedServer(
+            s.command,
+            str(path),
+            name,
+            Path(log_dir),
+            port=s.port,
+            startup_timeout=s.startup_timeout,
+            base=base,
+            adapter=str(path) if base else "",
+        )
         server.start()
         return _Served(_openai_policy(cfg, name, server.base_url, cfg.policy.api_key_env), server)
     if not s.base_url:
@@ -79,9 +92,11 @@ def _serve(cfg: CampflowConfig, path: Path) -> _Served:
     for candidate in (name, str(path), s.model):
         if candidate and candidate in listed:
             return _Served(_openai_policy(cfg, candidate, s.base_url, s.api_key_env))
-    raise ServingError(f"the endpoint {s.base_url} serves {listed}, not checkpoint {name} ({path}); a running "
-                       "server takes adapters at runtime (serving.runtime_lora with a LoRA checkpoint), or set "
-                       "serving.model to the name it serves this checkpoint under, or use serving.kind launch")
+    raise ServingError(
+        f"the endpoint {s.base_url} serves {listed}, not checkpoint {name} ({path}); a running "
+        "server takes adapters at runtime (serving.runtime_lora with a LoRA checkpoint), or set "
+        "serving.model to the name it serves this checkpoint under, or use serving.kind launch"
+    )
 
 
 class CheckpointServers:

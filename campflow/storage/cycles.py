@@ -40,15 +40,16 @@ def start(store: Store, cycle_id: str | None = None) -> Cycle:
     with store.connection() as con:
         if con.execute("SELECT 1 FROM cycles WHERE cycle_id = ?", [cycle.cycle_id]).fetchone():
             raise CampflowError(f"cycle {cycle.cycle_id!r} already exists; resume it with --resume")
-        con.execute("INSERT INTO cycles (cycle_id, status, state, started_at) VALUES (?, 'running', '{}', ?)",
-                    [cycle.cycle_id, now()])
+        con.execute(
+            "INSERT INTO cycles (cycle_id, status, state, started_at) VALUES (?, 'running', '{}', ?)",
+            [cycle.cycle_id, now()],
+        )
     return cycle
 
 
 def load(store: Store, cycle_id: str) -> Cycle:
     """A recorded cycle, to resume or inspect."""
-    rows = store.query("SELECT cycle_id, status, step, base_model_id, state FROM cycles WHERE cycle_id = ?",
-                       [cycle_id])
+    rows = store.query("SELECT cycle_id, status, step, base_model_id, state FROM cycles WHERE cycle_id = ?", [cycle_id])
     if not rows:
         raise CampflowError(f"no cycle {cycle_id!r}; `campflow cycles` lists them")
     r = rows[0]
@@ -66,25 +67,40 @@ def save_step(store: Store, cycle: Cycle, step: str, **produced: Any) -> None:
     cycle.state.update(produced)
     cycle.step = step
     with store.connection() as con:
-        con.execute("UPDATE cycles SET step = ?, state = ?, base_model_id = ?, status = 'running' "
-                    "WHERE cycle_id = ?", [step, to_json(cycle.state), cycle.base_model_id, cycle.cycle_id])
+        con.execute(
+            "UPDATE cycles SET step = ?, state = ?, base_model_id = ?, status = 'running' WHERE cycle_id = ?",
+            [step, to_json(cycle.state), cycle.base_model_id, cycle.cycle_id],
+        )
 
 
-def decide(store: Store, cycle: Cycle, *, candidate: str, metric: str, before: float, after: float,
-           promoted: bool, reason: str | None = None) -> None:
+def decide(
+    store: Store,
+    cycle: Cycle,
+    *,
+    candidate: str,
+    metric: str,
+    before: float,
+    after: float,
+    promoted: bool,
+    reason: str | None = None,
+) -> None:
     """Record the candidate, both figures of the metric, whether the candidate is promoted and why."""
     with store.connection() as con:
-        con.execute("UPDATE cycles SET candidate_model_id = ?, metric = ?, before_value = ?, after_value = ?, "
-                    "promoted = ?, decision = ? WHERE cycle_id = ?",
-                    [candidate, metric, before, after, promoted, reason, cycle.cycle_id])
+        con.execute(
+            "UPDATE cycles SET candidate_model_id = ?, metric = ?, before_value = ?, after_value = ?, "
+            "promoted = ?, decision = ? WHERE cycle_id = ?",
+            [candidate, metric, before, after, promoted, reason, cycle.cycle_id],
+        )
 
 
 def finish(store: Store, cycle: Cycle) -> None:
     """Mark the cycle completed."""
     cycle.status = "completed"
     with store.connection() as con:
-        con.execute("UPDATE cycles SET status = 'completed', finished_at = ?, state = ? WHERE cycle_id = ?",
-                    [now(), to_json(cycle.state), cycle.cycle_id])
+        con.execute(
+            "UPDATE cycles SET status = 'completed', finished_at = ?, state = ? WHERE cycle_id = ?",
+            [now(), to_json(cycle.state), cycle.cycle_id],
+        )
 
 
 def fail(store: Store, cycle: Cycle, error: str) -> bool:
@@ -93,8 +109,10 @@ def fail(store: Store, cycle: Cycle, error: str) -> bool:
     cycle.status = "failed"
     try:
         with store.connection() as con:
-            con.execute("UPDATE cycles SET status = 'failed', state = ? WHERE cycle_id = ?",
-                        [to_json({**cycle.state, "error": error}), cycle.cycle_id])
+            con.execute(
+                "UPDATE cycles SET status = 'failed', state = ? WHERE cycle_id = ?",
+                [to_json({**cycle.state, "error": error}), cycle.cycle_id],
+            )
     except StoreError:
         return False
     return True
@@ -102,5 +120,7 @@ def fail(store: Store, cycle: Cycle, error: str) -> bool:
 
 def promoted_model(store: Store) -> str | None:
     """The candidate of the latest cycle that promoted one: the current model."""
-    return store.scalar("SELECT candidate_model_id FROM cycles WHERE promoted AND status = 'completed' "
-                        "ORDER BY finished_at DESC LIMIT 1")
+    return store.scalar(
+        "SELECT candidate_model_id FROM cycles WHERE promoted AND status = 'completed' "
+        "ORDER BY finished_at DESC LIMIT 1"
+    )

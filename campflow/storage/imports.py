@@ -25,9 +25,15 @@ from campflow.errors import ImportSourceError
 from campflow.storage.store import Store
 
 
-def import_bootcamp(spec: ImportSpec, store: Store, *, replace: bool = False, cross_process: bool = True,
-                    level_seconds: float = LEVEL_SECONDS,
-                    say: Callable[[str], None] | None = None) -> tuple[ImportSpec, Bootcamp]:
+def import_bootcamp(
+    spec: ImportSpec,
+    store: Store,
+    *,
+    replace: bool = False,
+    cross_process: bool = True,
+    level_seconds: float = LEVEL_SECONDS,
+    say: Callable[[str], None] | None = None,
+) -> tuple[ImportSpec, Bootcamp]:
     """Validate, vet, record and register one import; returns the recorded spec (version set) and the bootcamp.
 
     ``cross_process`` and ``level_seconds`` are the vetting's (run in two child processes, each level
@@ -39,8 +45,9 @@ def import_bootcamp(spec: ImportSpec, store: Store, *, replace: bool = False, cr
     """
     existing = next((e for e in registry.entries() if e.name == spec.name), None)
     if existing is not None and existing.origin != "imported":
-        raise ImportSourceError(f"the name {spec.name!r} belongs to a {existing.origin} bootcamp; "
-                                "choose another with --as/--name")
+        raise ImportSourceError(
+            f"the name {spec.name!r} belongs to a {existing.origin} bootcamp; choose another with --as/--name"
+        )
     recorded_names = {s.name for s in recorded(store)}
     if spec.name in recorded_names and not replace:
         raise ImportSourceError(f"{spec.name!r} is already imported; pass --replace to import it again")
@@ -58,25 +65,39 @@ def record(store: Store, spec: ImportSpec) -> None:
     """Write (or overwrite) the spec's row in ``imported_bootcamps``, as one Arrow batch."""
     import pyarrow as pa
 
-    rows = pa.table({
-        "name": [spec.name], "adapter": [spec.adapter], "source": [spec.source], "version": [spec.version],
-        "options": [json.dumps(spec.options, sort_keys=True)],
-        "created_at": pa.array([dt.datetime.now(dt.UTC).replace(tzinfo=None)], pa.timestamp("us")),
-    })
+    rows = pa.table(
+        {
+            "name": [spec.name],
+            "adapter": [spec.adapter],
+            "source": [spec.source],
+            "version": [spec.version],
+            "options": [json.dumps(spec.options, sort_keys=True)],
+            "created_at": pa.array([dt.datetime.now(dt.UTC).replace(tzinfo=None)], pa.timestamp("us")),
+        }
+    )
     store.insert("imported_bootcamps", rows, on_conflict="replace")
 
 
 def recorded(store: Store) -> list[ImportSpec]:
     """Every import on record, oldest first."""
     rows = store.query("SELECT name, adapter, source, version, options FROM imported_bootcamps ORDER BY created_at")
-    return [ImportSpec(name=r["name"], adapter=r["adapter"], source=r["source"], version=r["version"],
-                       options=_options(r["options"])) for r in rows]
+    return [
+        ImportSpec(
+            name=r["name"],
+            adapter=r["adapter"],
+            source=r["source"],
+            version=r["version"],
+            options=_options(r["options"]),
+        )
+        for r in rows
+    ]
 
 
 def recorded_rows(store: Store) -> list[dict[str, Any]]:
     """The ``imported_bootcamps`` rows as dicts (for listings), oldest first."""
-    return store.query("SELECT name, adapter, source, version, options, created_at FROM imported_bootcamps "
-                       "ORDER BY created_at")
+    return store.query(
+        "SELECT name, adapter, source, version, options, created_at FROM imported_bootcamps ORDER BY created_at"
+    )
 
 
 def register_recorded(store: Store) -> list[ImportSpec]:

@@ -45,8 +45,10 @@ class Comparison:
 
     def says(self) -> str:
         """``maze level 2 50.0% -> 25.0% (-25.0 ± 17.7 points)``."""
-        return (f"{self.scope} {self.p_before:.1%} -> {self.p_after:.1%} "
-                f"({100 * self.delta:+.1f} ± {100 * self.se:.1f} points)")
+        return (
+            f"{self.scope} {self.p_before:.1%} -> {self.p_after:.1%} "
+            f"({100 * self.delta:+.1f} ± {100 * self.se:.1f} points)"
+        )
 
 
 def binomial_se(p: float, n: int) -> float:
@@ -63,7 +65,8 @@ def compare(store: Store, before_run: str, after_run: str) -> list[Comparison]:
         f"""SELECT run_id, bootcamp, level, count(*) AS n, avg(success::INTEGER) AS p FROM episodes
             WHERE run_id IN (?, ?) AND termination NOT IN {RETRYABLE_SQL}
             GROUP BY GROUPING SETS ((run_id), (run_id, bootcamp), (run_id, bootcamp, level))""",
-        [before_run, after_run])
+        [before_run, after_run],
+    )
     cells: dict[tuple[str | None, int | None], dict[str, tuple[int, float]]] = {}
     for r in rows:
         cells.setdefault((r["bootcamp"], r["level"]), {})[r["run_id"]] = (int(r["n"]), float(r["p"] or 0.0))
@@ -83,8 +86,15 @@ class Decision:
     reason: str
 
 
-def gate(comparisons: list[Comparison], *, metric: str, before: float, after: float, min_improvement: float,
-         max_regression: float) -> Decision:
+def gate(
+    comparisons: list[Comparison],
+    *,
+    metric: str,
+    before: float,
+    after: float,
+    min_improvement: float,
+    max_regression: float,
+) -> Decision:
     """The promotion decision (see the module docstring); ``before``/``after`` are the metric's values."""
     overall = next((c for c in comparisons if c.bootcamp is None), None)
     if metric == "pass_rate":
@@ -95,12 +105,18 @@ def gate(comparisons: list[Comparison], *, metric: str, before: float, after: fl
     if after <= before:
         return Decision(False, f"{change}: not an improvement")
     if after - before < min_improvement:
-        return Decision(False, f"{change}: not an improvement of at least improve.min_improvement = "
-                               f"{min_improvement:g}")
-    worst = min((c for c in comparisons if c.bootcamp is not None and c.n_before and c.n_after),
-                key=lambda c: c.delta, default=None)
+        return Decision(
+            False, f"{change}: not an improvement of at least improve.min_improvement = {min_improvement:g}"
+        )
+    worst = min(
+        (c for c in comparisons if c.bootcamp is not None and c.n_before and c.n_after),
+        key=lambda c: c.delta,
+        default=None,
+    )
     if worst is not None and -worst.delta > max_regression + 1e-9:  # a drop of exactly the bound is allowed
-        return Decision(False, f"{change}, but {worst.says()} fell by more than improve.max_regression = "
-                               f"{max_regression:.0%}")
-    return Decision(True, f"{change}; no bootcamp or level fell by more than improve.max_regression = "
-                          f"{max_regression:.0%}")
+        return Decision(
+            False, f"{change}, but {worst.says()} fell by more than improve.max_regression = {max_regression:.0%}"
+        )
+    return Decision(
+        True, f"{change}; no bootcamp or level fell by more than improve.max_regression = {max_regression:.0%}"
+    )

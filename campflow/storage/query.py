@@ -61,16 +61,18 @@ def check_query(sql: str) -> None:
         except duckdb.Error as exc:
             raise QueryError(one_line(exc)) from None
     if not statements:
-        raise QueryError("refused: no SQL statement given; campflow sql runs one query "
-                         f"({QUERY_WORDS})")
+        raise QueryError(f"refused: no SQL statement given; campflow sql runs one query ({QUERY_WORDS})")
     if len(statements) > 1:
         kinds = ", ".join(s.type.name for s in statements)
-        raise QueryError(f"refused {len(statements)} statements ({kinds}): campflow sql runs exactly one query "
-                         f"({QUERY_WORDS})")
+        raise QueryError(
+            f"refused {len(statements)} statements ({kinds}): campflow sql runs exactly one query ({QUERY_WORDS})"
+        )
     kind = statements[0].type.name
     if kind not in QUERY_TYPES:
-        raise QueryError(f"refused `{_excerpt(sql)}` (statement type {kind}): campflow sql is read-only and "
-                         f"runs one query ({QUERY_WORDS})")
+        raise QueryError(
+            f"refused `{_excerpt(sql)}` (statement type {kind}): campflow sql is read-only and "
+            f"runs one query ({QUERY_WORDS})"
+        )
 
 
 def run_sql(path: str | Path, sql: str, *, wait_s: float = 10.0, limit: int | None = None) -> QueryResult:
@@ -100,8 +102,9 @@ def run_sql(path: str | Path, sql: str, *, wait_s: float = 10.0, limit: int | No
         rows = cur.fetchmany(limit) if limit else cur.fetchall()
         return QueryResult(columns, rows)
     except duckdb.PermissionException as exc:
-        raise QueryError(f"refused: campflow sql has no file or network access outside the store "
-                         f"({one_line(exc)})") from None
+        raise QueryError(
+            f"refused: campflow sql has no file or network access outside the store ({one_line(exc)})"
+        ) from None
     except duckdb.Error as exc:
         message = one_line(exc)
         if "read-only" in message.lower() or "read only" in message.lower():
@@ -113,4 +116,4 @@ def run_sql(path: str | Path, sql: str, *, wait_s: float = 10.0, limit: int | No
 
 def _excerpt(sql: str, width: int = 60) -> str:
     text = " ".join(sql.split())
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."

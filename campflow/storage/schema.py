@@ -14,8 +14,11 @@ from typing import Any
 from campflow.rollout.episode import MODEL_FAILURES, RETRYABLE, Termination
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
-    (1, "initial schema", [
-        """CREATE TABLE runs (
+    (
+        1,
+        "initial schema",
+        [
+            """CREATE TABLE runs (
             run_id VARCHAR PRIMARY KEY,
             kind VARCHAR NOT NULL,             -- evaluate, collect, improve, train, synthesize, watch
             model_id VARCHAR,
@@ -25,7 +28,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             finished_at TIMESTAMP,
             summary JSON
         )""",
-        """CREATE TABLE instances (
+            """CREATE TABLE instances (
             instance_id VARCHAR PRIMARY KEY,
             bootcamp VARCHAR NOT NULL,
             version VARCHAR NOT NULL,
@@ -37,7 +40,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             variant_id VARCHAR,
             created_at TIMESTAMP NOT NULL
         )""",
-        """CREATE TABLE episodes (
+            """CREATE TABLE episodes (
             episode_id VARCHAR NOT NULL,
             run_id VARCHAR NOT NULL,
             instance_id VARCHAR NOT NULL,
@@ -61,7 +64,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             created_at TIMESTAMP NOT NULL,
             PRIMARY KEY (run_id, instance_id, sample_index)
         )""",
-        """CREATE TABLE failures (
+            """CREATE TABLE failures (
             episode_id VARCHAR PRIMARY KEY,
             run_id VARCHAR NOT NULL,
             bootcamp VARCHAR NOT NULL,
@@ -71,7 +74,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             features JSON,
             cluster_id VARCHAR
         )""",
-        """CREATE TABLE clusters (
+            """CREATE TABLE clusters (
             cluster_id VARCHAR PRIMARY KEY,
             run_id VARCHAR NOT NULL,
             bootcamp VARCHAR NOT NULL,
@@ -80,7 +83,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             traits JSON,
             exemplar_episode_ids VARCHAR[]
         )""",
-        """CREATE TABLE variants (
+            """CREATE TABLE variants (
             variant_id VARCHAR PRIMARY KEY,
             cluster_id VARCHAR,
             bootcamp VARCHAR NOT NULL,
@@ -93,7 +96,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             instance_ids VARCHAR[],
             created_at TIMESTAMP NOT NULL
         )""",
-        """CREATE TABLE datasets (
+            """CREATE TABLE datasets (
             dataset_id VARCHAR PRIMARY KEY,
             kind VARCHAR NOT NULL,             -- sft, rl
             path VARCHAR NOT NULL,
@@ -102,7 +105,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             source_runs VARCHAR[],
             created_at TIMESTAMP NOT NULL
         )""",
-        """CREATE TABLE imported_bootcamps (
+            """CREATE TABLE imported_bootcamps (
             name VARCHAR PRIMARY KEY,
             adapter VARCHAR NOT NULL,          -- reasoning-gym, gymnasium, function-calling, internbootcamp
             source VARCHAR NOT NULL,           -- dataset name, env id, file path or dotted class path
@@ -110,7 +113,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             options JSON,
             created_at TIMESTAMP NOT NULL
         )""",
-        """CREATE TABLE cycles (
+            """CREATE TABLE cycles (
             cycle_id VARCHAR PRIMARY KEY,
             status VARCHAR NOT NULL,           -- running, completed, failed
             step VARCHAR,                      -- the last completed step
@@ -124,13 +127,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             started_at TIMESTAMP NOT NULL,
             finished_at TIMESTAMP
         )""",
-        """CREATE TABLE watch_decisions (
+            """CREATE TABLE watch_decisions (
             decided_at TIMESTAMP NOT NULL,
             new_failures INTEGER NOT NULL,
             threshold INTEGER NOT NULL,
             started_cycle_id VARCHAR
         )""",
-        """CREATE TABLE checkpoints (
+            """CREATE TABLE checkpoints (
             model_id VARCHAR PRIMARY KEY,
             parent_model_id VARCHAR,
             kind VARCHAR NOT NULL,             -- base, sft, rl
@@ -139,15 +142,19 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             metrics JSON,
             created_at TIMESTAMP NOT NULL
         )""",
-    ]),
-    (2, "synthesis: cluster members, variant verdicts, curriculum", [
-        # every member of a cluster, so a variant's lineage survives re-clustering of its run
-        "ALTER TABLE clusters ADD COLUMN episode_ids VARCHAR[]",
-        "ALTER TABLE clusters ADD COLUMN created_at TIMESTAMP",
-        "ALTER TABLE variants ADD COLUMN reject_kind VARCHAR",   # slug of reject_reason, for GROUP BY
-        "ALTER TABLE variants ADD COLUMN pass_rate DOUBLE",      # calibrated pass rate of the current model
-        "ALTER TABLE variants ADD COLUMN run_id VARCHAR",        # the synthesize run that proposed it
-        """CREATE TABLE curriculum (
+        ],
+    ),
+    (
+        2,
+        "synthesis: cluster members, variant verdicts, curriculum",
+        [
+            # every member of a cluster, so a variant's lineage survives re-clustering of its run
+            "ALTER TABLE clusters ADD COLUMN episode_ids VARCHAR[]",
+            "ALTER TABLE clusters ADD COLUMN created_at TIMESTAMP",
+            "ALTER TABLE variants ADD COLUMN reject_kind VARCHAR",  # slug of reject_reason, for GROUP BY
+            "ALTER TABLE variants ADD COLUMN pass_rate DOUBLE",  # calibrated pass rate of the current model
+            "ALTER TABLE variants ADD COLUMN run_id VARCHAR",  # the synthesize run that proposed it
+            """CREATE TABLE curriculum (
             run_id VARCHAR NOT NULL,           -- the run whose train pass rate decided
             bootcamp VARCHAR NOT NULL,
             cluster_id VARCHAR NOT NULL,       -- '' for the bootcamp as a whole
@@ -158,13 +165,17 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             decided_at TIMESTAMP NOT NULL,
             PRIMARY KEY (run_id, bootcamp, cluster_id)
         )""",
-    ]),
+        ],
+    ),
     # DuckDB keeps a primary key in an ART index that every insert maintains; for episodes, whose rows
     # carry KB-sized transcripts and arrive 10^4-10^5 at a time, that was ~20% of writing them. The
     # (run_id, instance_id, sample_index) key now holds by how Store.write_episodes writes (delete the
     # batch's keys, insert the batch, one transaction); tests/test_store.py checks it.
-    (3, "episodes without an ART primary-key index", [
-        """CREATE TABLE episodes_v3 (
+    (
+        3,
+        "episodes without an ART primary-key index",
+        [
+            """CREATE TABLE episodes_v3 (
             episode_id VARCHAR NOT NULL,
             run_id VARCHAR NOT NULL,
             instance_id VARCHAR NOT NULL,
@@ -187,13 +198,18 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             error VARCHAR,
             created_at TIMESTAMP NOT NULL
         )""",
-        "INSERT INTO episodes_v3 SELECT * FROM episodes",
-        "DROP TABLE episodes",
-        "ALTER TABLE episodes_v3 RENAME TO episodes",
-    ]),
-    (4, "cycles: the promotion decision's reason", [
-        "ALTER TABLE cycles ADD COLUMN decision VARCHAR",   # why the candidate was (not) promoted
-    ]),
+            "INSERT INTO episodes_v3 SELECT * FROM episodes",
+            "DROP TABLE episodes",
+            "ALTER TABLE episodes_v3 RENAME TO episodes",
+        ],
+    ),
+    (
+        4,
+        "cycles: the promotion decision's reason",
+        [
+            "ALTER TABLE cycles ADD COLUMN decision VARCHAR",  # why the candidate was (not) promoted
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -330,15 +346,18 @@ def views_fingerprint(views: dict[str, str] | None = None) -> str:
 
 def migrate(con: Any) -> int:
     """Bring a connection's database up to :data:`SCHEMA_VERSION` and its views up to date."""
-    con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
-                "description VARCHAR, applied_at TIMESTAMP DEFAULT current_timestamp)")
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+        "description VARCHAR, applied_at TIMESTAMP DEFAULT current_timestamp)"
+    )
     con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
     if current > SCHEMA_VERSION:
         from campflow.errors import StoreError
 
-        raise StoreError(f"the store has schema version {current}, newer than this campflow "
-                         f"({SCHEMA_VERSION}); upgrade campflow")
+        raise StoreError(
+            f"the store has schema version {current}, newer than this campflow ({SCHEMA_VERSION}); upgrade campflow"
+        )
     for version, description, statements in MIGRATIONS:
         if version <= current:
             continue

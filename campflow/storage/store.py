@@ -47,12 +47,15 @@ def _holder(path: Path, exc: Exception, *, read_only: bool) -> str:
         duckdb.connect(str(path), read_only=True).close()
     except duckdb.Error:
         return f"another process is writing it ({process})"
-    return (f"a reader holds the file ({process}: `campflow sql` or a DuckDB client; `campflow sql` lets go "
-            "as soon as its query is read)")
+    return (
+        f"a reader holds the file ({process}: `campflow sql` or a DuckDB client; `campflow sql` lets go "
+        "as soon as its query is read)"
+    )
 
 
-def connect(path: Path, *, read_only: bool, wait_s: float,
-            config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: Path, *, read_only: bool, wait_s: float, config: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
     """Open ``path``, retrying with backoff while another process holds its lock.
 
     A writer that has waited a second says once, through the progress reporter, who it is waiting
@@ -74,8 +77,10 @@ def connect(path: Path, *, read_only: bool, wait_s: float,
             waited = time.monotonic() - start
             if waited >= wait_s:
                 verb = "reading" if read_only else "writing"
-                raise StoreBusyError(f"the store at {path} is locked: {_holder(path, exc, read_only=read_only)}; "
-                                     f"gave up {verb} after {wait_s:g}s") from None
+                raise StoreBusyError(
+                    f"the store at {path} is locked: {_holder(path, exc, read_only=read_only)}; "
+                    f"gave up {verb} after {wait_s:g}s"
+                ) from None
             if not read_only and not noted and waited >= 1.0:
                 noted = True
                 progress.current().note(f"waiting to write the store: {_holder(path, exc, read_only=False)}")
@@ -177,15 +182,20 @@ class Store:
                     raise StoreError(f"run id {run_id!r} already belongs to a {existing[0]} run, not {kind}")
                 con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?", [run_id])
                 return False
-            con.execute("INSERT INTO runs (run_id, kind, model_id, config, status, started_at) "
-                        "VALUES (?, ?, ?, ?, 'running', ?)", [run_id, kind, model_id, to_json(config), now()])
+            con.execute(
+                "INSERT INTO runs (run_id, kind, model_id, config, status, started_at) "
+                "VALUES (?, ?, ?, ?, 'running', ?)",
+                [run_id, kind, model_id, to_json(config), now()],
+            )
             return True
 
     def finish_run(self, run_id: str, status: str, summary: Mapping[str, Any] | None = None) -> None:
         """Mark a run completed or failed, with a JSON summary."""
         with self.connection() as con:
-            con.execute("UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE run_id = ?",
-                        [status, now(), to_json(summary or {}), run_id])
+            con.execute(
+                "UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE run_id = ?",
+                [status, now(), to_json(summary or {}), run_id],
+            )
 
     def fail_run(self, run_id: str, exc: BaseException) -> bool:
         """Mark a run failed with ``exc`` as the reason; False if even that write could not get the file
@@ -203,12 +213,19 @@ class Store:
     # -- instances -------------------------------------------------------------------------------
 
     def write_instances(
-        self, instances: Iterable[Instance], *, split: str, origin: str = "generated",
+        self,
+        instances: Iterable[Instance],
+        *,
+        split: str,
+        origin: str = "generated",
         variant_id: str | None = None,
     ) -> int:
         """Record instances (idempotent: an id already present is left as it is)."""
-        return self.insert("instances", instances_to_arrow(list(instances), split=split, origin=origin,
-                                                           variant_ids=variant_id), on_conflict="ignore")
+        return self.insert(
+            "instances",
+            instances_to_arrow(list(instances), split=split, origin=origin, variant_ids=variant_id),
+            on_conflict="ignore",
+        )
 
     def eval_ids(self, bootcamp: str | None = None) -> set[str]:
         """Ids of every instance recorded in the eval split (optionally of one bootcamp)."""
@@ -241,8 +258,10 @@ class Store:
         if rows.num_rows == 0:
             return 0
         with self.transaction(_campflow_episodes=rows) as con:
-            con.execute("DELETE FROM episodes USING _campflow_episodes b WHERE episodes.run_id = b.run_id "
-                        "AND episodes.instance_id = b.instance_id AND episodes.sample_index = b.sample_index")
+            con.execute(
+                "DELETE FROM episodes USING _campflow_episodes b WHERE episodes.run_id = b.run_id "
+                "AND episodes.instance_id = b.instance_id AND episodes.sample_index = b.sample_index"
+            )
             con.execute("INSERT INTO episodes BY NAME SELECT * FROM _campflow_episodes")
         return rows.num_rows
 
@@ -258,8 +277,9 @@ class Store:
         return {(r[0], r[1]) for r in rows}
 
 
-def instances_to_arrow(instances: Sequence[Instance], *, split: str, origin: str,
-                       variant_ids: str | Sequence[str | None] | None = None) -> pa.Table:
+def instances_to_arrow(
+    instances: Sequence[Instance], *, split: str, origin: str, variant_ids: str | Sequence[str | None] | None = None
+) -> pa.Table:
     """Instances as an Arrow table in the ``instances`` column layout; ``variant_ids`` is one id for
     all rows or one per row."""
     if split not in ("train", "eval", "probe"):
@@ -267,29 +287,47 @@ def instances_to_arrow(instances: Sequence[Instance], *, split: str, origin: str
     n = len(instances)
     vids = [variant_ids] * n if variant_ids is None or isinstance(variant_ids, str) else list(variant_ids)
     ts = now()
-    return pa.table({
-        "instance_id": [i.id for i in instances],
-        "bootcamp": [i.bootcamp for i in instances],
-        "version": [i.version for i in instances],
-        "level": pa.array([i.level for i in instances], pa.int32()),
-        "params": [to_json(i.params.model_dump(mode="json")) for i in instances],
-        "seed": pa.array([i.seed for i in instances], pa.int64()),
-        "split": [split] * n,
-        "origin": [origin] * n,
-        "variant_id": pa.array(vids, pa.string()),
-        "created_at": pa.array([ts] * n, pa.timestamp("us")),
-    })
+    return pa.table(
+        {
+            "instance_id": [i.id for i in instances],
+            "bootcamp": [i.bootcamp for i in instances],
+            "version": [i.version for i in instances],
+            "level": pa.array([i.level for i in instances], pa.int32()),
+            "params": [to_json(i.params.model_dump(mode="json")) for i in instances],
+            "seed": pa.array([i.seed for i in instances], pa.int64()),
+            "split": [split] * n,
+            "origin": [origin] * n,
+            "variant_id": pa.array(vids, pa.string()),
+            "created_at": pa.array([ts] * n, pa.timestamp("us")),
+        }
+    )
 
 
-EPISODE_SCHEMA = pa.schema([
-    ("episode_id", pa.string()), ("run_id", pa.string()), ("instance_id", pa.string()),
-    ("bootcamp", pa.string()), ("level", pa.int32()), ("model_id", pa.string()),
-    ("sample_index", pa.int32()), ("reward", pa.float64()), ("success", pa.bool_()),
-    ("termination", pa.string()), ("turns", pa.int32()), ("tool_calls", pa.int32()),
-    ("invalid_calls", pa.int32()), ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
-    ("latency_s", pa.float64()), ("wall_s", pa.float64()), ("transcript", pa.string()),
-    ("details", pa.string()), ("error", pa.string()), ("created_at", pa.timestamp("us")),
-])
+EPISODE_SCHEMA = pa.schema(
+    [
+        ("episode_id", pa.string()),
+        ("run_id", pa.string()),
+        ("instance_id", pa.string()),
+        ("bootcamp", pa.string()),
+        ("level", pa.int32()),
+        ("model_id", pa.string()),
+        ("sample_index", pa.int32()),
+        ("reward", pa.float64()),
+        ("success", pa.bool_()),
+        ("termination", pa.string()),
+        ("turns", pa.int32()),
+        ("tool_calls", pa.int32()),
+        ("invalid_calls", pa.int32()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("latency_s", pa.float64()),
+        ("wall_s", pa.float64()),
+        ("transcript", pa.string()),
+        ("details", pa.string()),
+        ("error", pa.string()),
+        ("created_at", pa.timestamp("us")),
+    ]
+)
 
 
 def episodes_to_arrow(episodes: Sequence[Episode]) -> pa.Table:

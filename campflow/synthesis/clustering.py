@@ -51,7 +51,12 @@ class Cluster:
 
 
 def cluster_failures(
-    store: Store, run_id: str, *, max_clusters: int = 8, exemplars: int = 3, seed: int = 0,
+    store: Store,
+    run_id: str,
+    *,
+    max_clusters: int = 8,
+    exemplars: int = 3,
+    seed: int = 0,
     bootcamps: Sequence[str] | None = None,
 ) -> list[Cluster]:
     """Cluster the mined failures of ``run_id`` per bootcamp and write ``clusters`` and ``failures.cluster_id``.
@@ -59,26 +64,45 @@ def cluster_failures(
     Re-clustering the same failures gives the same cluster ids (they hash their members). Clusters of an
     earlier clustering that variants still point to are kept, so lineage survives.
     """
-    rows = store.query("SELECT episode_id, run_id, bootcamp, instance_id, category, signature, features "
-                       "FROM failures WHERE run_id = ? ORDER BY episode_id", [run_id])
+    rows = store.query(
+        "SELECT episode_id, run_id, bootcamp, instance_id, category, signature, features "
+        "FROM failures WHERE run_id = ? ORDER BY episode_id",
+        [run_id],
+    )
     by_bootcamp: dict[str, list[Failure]] = defaultdict(list)
     for r in rows:
         if bootcamps and r["bootcamp"] not in bootcamps:
             continue
-        by_bootcamp[r["bootcamp"]].append(Failure(r["episode_id"], r["run_id"], r["bootcamp"], r["instance_id"],
-                                                  r["category"], r["signature"], orjson.loads(r["features"] or "{}")))
+        by_bootcamp[r["bootcamp"]].append(
+            Failure(
+                r["episode_id"],
+                r["run_id"],
+                r["bootcamp"],
+                r["instance_id"],
+                r["category"],
+                r["signature"],
+                orjson.loads(r["features"] or "{}"),
+            )
+        )
     clusters: list[Cluster] = []
     for bootcamp, failures in sorted(by_bootcamp.items()):
         population = Population.load(store, run_id, bootcamp)
-        clusters += cluster_bootcamp(run_id, bootcamp, failures, population, max_clusters=max_clusters,
-                                     exemplars=exemplars, seed=seed)
+        clusters += cluster_bootcamp(
+            run_id, bootcamp, failures, population, max_clusters=max_clusters, exemplars=exemplars, seed=seed
+        )
     write_clusters(store, run_id, sorted(by_bootcamp), clusters)
     return clusters
 
 
 def cluster_bootcamp(
-    run_id: str, bootcamp: str, failures: Sequence[Failure], population: Population, *,
-    max_clusters: int = 8, exemplars: int = 3, seed: int = 0,
+    run_id: str,
+    bootcamp: str,
+    failures: Sequence[Failure],
+    population: Population,
+    *,
+    max_clusters: int = 8,
+    exemplars: int = 3,
+    seed: int = 0,
 ) -> list[Cluster]:
     """Cluster one bootcamp's failures (pure: no store), largest cluster first."""
     if not failures:
@@ -124,11 +148,22 @@ def _profiles(failures: Sequence[Failure], knobs: Sequence[Knob]) -> tuple[list[
     numeric = [k for k in knobs if k.numeric]
     # A knob with dozens of distinct values among the failures (free strings) puts every failure in a
     # group of its own; it says nothing about which failures are alike, so it is left out.
-    other = [k for k in knobs if not k.numeric
-             and len({k.category((f.features.get("params") or {}).get(k.name, k.default))
-                      for f in failures}) <= _MAX_CHOICES]
-    raw = np.array([[*(k.number((f.features.get("params") or {}).get(k.name, k.default)) for k in numeric),
-                     math.log2(1 + (f.features.get("turns") or 0))] for f in failures], float)
+    other = [
+        k
+        for k in knobs
+        if not k.numeric
+        and len({k.category((f.features.get("params") or {}).get(k.name, k.default)) for f in failures}) <= _MAX_CHOICES
+    ]
+    raw = np.array(
+        [
+            [
+                *(k.number((f.features.get("params") or {}).get(k.name, k.default)) for k in numeric),
+                math.log2(1 + (f.features.get("turns") or 0)),
+            ]
+            for f in failures
+        ],
+        float,
+    )
     with warnings.catch_warnings():  # an all-missing column has no range; it becomes the middle below
         warnings.simplefilter("ignore", RuntimeWarning)
         low, span = np.nanmin(raw, axis=0), np.nanmax(raw, axis=0) - np.nanmin(raw, axis=0)
@@ -139,8 +174,12 @@ def _profiles(failures: Sequence[Failure], knobs: Sequence[Knob]) -> tuple[list[
     for f, numbers in zip(failures, binned):
         params = f.features.get("params") or {}
         error = f.signature.split("|", 2)[2] if f.signature.count("|") >= 2 else ""
-        text = (f"cat={f.category}", f"term={f.category.split(':')[0]}", f"tool={f.features.get('last_tool') or ''}",
-                *sorted({f"w={w}" for w in re.findall(r"[a-z_]{3,}", error.lower())}))
+        text = (
+            f"cat={f.category}",
+            f"term={f.category.split(':')[0]}",
+            f"tool={f.features.get('last_tool') or ''}",
+            *sorted({f"w={w}" for w in re.findall(r"[a-z_]{3,}", error.lower())}),
+        )
         profile = _Profile(text, tuple(k.token(params.get(k.name, k.default)) for k in other), tuple(numbers))
         profile_of.append(index.setdefault(profile, len(index)))
     return profile_of, list(index)
@@ -162,15 +201,21 @@ def _matrix(profiles: Sequence[_Profile], weights: Sequence[int]) -> Any:
     text = normalize(counts.multiply(np.log((1 + w.sum()) / (1 + df)) + 1).tocsr()).toarray()
     blocks = [np.array([p.numbers for p in profiles], float)]
     if profiles[0].choices:
-        choices = CountVectorizer(analyzer=lambda tokens: tokens, binary=True).fit_transform([p.choices for p in profiles])
+        choices = CountVectorizer(analyzer=lambda tokens: tokens, binary=True).fit_transform(
+            [p.choices for p in profiles]
+        )
         blocks.append(choices.toarray() * math.sqrt(0.5))  # two different values: 1 apart
     params = np.hstack(blocks)
     dims = len(profiles[0].numbers) + len(profiles[0].choices)
     return np.hstack([text, params / math.sqrt(dims)])
 
 
-def _kmeans(profiles: Sequence[_Profile], weights: Sequence[int], max_clusters: int, seed: int,
-            ) -> tuple[list[int], list[float]]:
+def _kmeans(
+    profiles: Sequence[_Profile],
+    weights: Sequence[int],
+    max_clusters: int,
+    seed: int,
+) -> tuple[list[int], list[float]]:
     """Cluster labels and distance to the own centroid, per profile; k chosen by weighted silhouette.
 
     k-means is fitted on a weighted sample of at most 2,000 profiles (the silhouette needs their
@@ -226,8 +271,9 @@ def _silhouette(distances: Any, labels: Any, weights: Any, k: int) -> float:
     return float((s * weights).sum() / weights.sum())
 
 
-def _describe(run_id: str, bootcamp: str, ranked: Sequence[Failure], knobs: Sequence[Knob],
-              population: Population, exemplars: int) -> Cluster:
+def _describe(
+    run_id: str, bootcamp: str, ranked: Sequence[Failure], knobs: Sequence[Knob], population: Population, exemplars: int
+) -> Cluster:
     """A cluster of ``ranked`` failures (nearest its centre first): id, label, traits and exemplars."""
     ids = sorted(f.episode_id for f in ranked)
     cluster_id = hashlib.sha256(f"{run_id}|{bootcamp}|{','.join(ids)}".encode()).hexdigest()[:16]
@@ -245,39 +291,61 @@ def _describe(run_id: str, bootcamp: str, ranked: Sequence[Failure], knobs: Sequ
             seen.add(f.instance_id)
         if len(picked) == exemplars:
             break
-    picked += [f.episode_id for f in ranked if f.episode_id not in picked][:exemplars - len(picked)]
+    picked += [f.episode_id for f in ranked if f.episode_id not in picked][: exemplars - len(picked)]
     return Cluster(
-        cluster_id=cluster_id, run_id=run_id, bootcamp=bootcamp, size=len(ranked), label=label,
-        traits={"category": top, "category_share": round(top_n / len(ranked), 4),
-                "categories": [[c, n] for c, n in categories[:8]],
-                "knobs": [t.as_dict() for t in traits], "dominant": traits[0].as_dict() if traits else None,
-                "mean_turns": round(sum(turns) / len(turns), 2)},
-        exemplar_episode_ids=picked, episode_ids=ids,
+        cluster_id=cluster_id,
+        run_id=run_id,
+        bootcamp=bootcamp,
+        size=len(ranked),
+        label=label,
+        traits={
+            "category": top,
+            "category_share": round(top_n / len(ranked), 4),
+            "categories": [[c, n] for c, n in categories[:8]],
+            "knobs": [t.as_dict() for t in traits],
+            "dominant": traits[0].as_dict() if traits else None,
+            "mean_turns": round(sum(turns) / len(turns), 2),
+        },
+        exemplar_episode_ids=picked,
+        episode_ids=ids,
     )
 
 
 def write_clusters(store: Store, run_id: str, bootcamps: Sequence[str], clusters: Sequence[Cluster]) -> None:
     """Replace the clusters of ``run_id``'s ``bootcamps`` and point their failures at them, atomically."""
     ts = now()
-    rows = pa.table({
-        "cluster_id": [c.cluster_id for c in clusters], "run_id": [c.run_id for c in clusters],
-        "bootcamp": [c.bootcamp for c in clusters], "size": pa.array([c.size for c in clusters], pa.int32()),
-        "label": [c.label for c in clusters], "traits": [to_json(c.traits) for c in clusters],
-        "exemplar_episode_ids": pa.array([c.exemplar_episode_ids for c in clusters], pa.list_(pa.string())),
-        "episode_ids": pa.array([c.episode_ids for c in clusters], pa.list_(pa.string())),
-        "created_at": pa.array([ts] * len(clusters), pa.timestamp("us")),
-    })
-    members = pa.table({"episode_id": [e for c in clusters for e in c.episode_ids],
-                        "cluster_id": [c.cluster_id for c in clusters for _ in c.episode_ids]})
+    rows = pa.table(
+        {
+            "cluster_id": [c.cluster_id for c in clusters],
+            "run_id": [c.run_id for c in clusters],
+            "bootcamp": [c.bootcamp for c in clusters],
+            "size": pa.array([c.size for c in clusters], pa.int32()),
+            "label": [c.label for c in clusters],
+            "traits": [to_json(c.traits) for c in clusters],
+            "exemplar_episode_ids": pa.array([c.exemplar_episode_ids for c in clusters], pa.list_(pa.string())),
+            "episode_ids": pa.array([c.episode_ids for c in clusters], pa.list_(pa.string())),
+            "created_at": pa.array([ts] * len(clusters), pa.timestamp("us")),
+        }
+    )
+    members = pa.table(
+        {
+            "episode_id": [e for c in clusters for e in c.episode_ids],
+            "cluster_id": [c.cluster_id for c in clusters for _ in c.episode_ids],
+        }
+    )
     marks = ", ".join("?" for _ in bootcamps) or "NULL"
     with store.transaction(_campflow_clusters=rows, _campflow_members=members) as con:
         con.execute("INSERT OR REPLACE INTO clusters BY NAME SELECT * FROM _campflow_clusters")
-        con.execute("UPDATE failures SET cluster_id = m.cluster_id FROM _campflow_members m "
-                    "WHERE failures.episode_id = m.episode_id")
-        con.execute(f"""DELETE FROM clusters WHERE run_id = ? AND bootcamp IN ({marks})
+        con.execute(
+            "UPDATE failures SET cluster_id = m.cluster_id FROM _campflow_members m "
+            "WHERE failures.episode_id = m.episode_id"
+        )
+        con.execute(
+            f"""DELETE FROM clusters WHERE run_id = ? AND bootcamp IN ({marks})
                         AND cluster_id NOT IN (SELECT cluster_id FROM _campflow_clusters)
                         AND cluster_id NOT IN (SELECT cluster_id FROM variants WHERE cluster_id IS NOT NULL)""",
-                    [run_id, *bootcamps])
+            [run_id, *bootcamps],
+        )
 
 
 def load_clusters(store: Store, run_id: str, bootcamps: Sequence[str] | None = None) -> list[Cluster]:
@@ -286,9 +354,20 @@ def load_clusters(store: Store, run_id: str, bootcamps: Sequence[str] | None = N
         """SELECT c.cluster_id, c.run_id, c.bootcamp, c.size, c.label, c.traits, c.exemplar_episode_ids,
                   c.episode_ids FROM clusters c
            WHERE c.run_id = ? AND c.cluster_id IN (SELECT cluster_id FROM failures WHERE run_id = ?)
-           ORDER BY c.bootcamp, c.size DESC, c.cluster_id""", [run_id, run_id])
-    return [Cluster(r["cluster_id"], r["run_id"], r["bootcamp"], r["size"], r["label"],
-                    orjson.loads(r["traits"] or "{}"), list(r["exemplar_episode_ids"] or []),
-                    list(r["episode_ids"] or []))
-            for r in rows if not bootcamps or r["bootcamp"] in bootcamps]
-
+           ORDER BY c.bootcamp, c.size DESC, c.cluster_id""",
+        [run_id, run_id],
+    )
+    return [
+        Cluster(
+            r["cluster_id"],
+            r["run_id"],
+            r["bootcamp"],
+            r["size"],
+            r["label"],
+            orjson.loads(r["traits"] or "{}"),
+            list(r["exemplar_episode_ids"] or []),
+            list(r["episode_ids"] or []),
+        )
+        for r in rows
+        if not bootcamps or r["bootcamp"] in bootcamps
+    ]

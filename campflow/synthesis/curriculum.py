@@ -57,7 +57,9 @@ def current_level(store: Store, bootcamp: str, cluster_id: str | None = None, *,
     """
     row = store.query(
         "SELECT next_level FROM curriculum WHERE bootcamp = ? AND cluster_id = ? AND run_id <> ? "
-        "ORDER BY decided_at DESC LIMIT 1", [bootcamp, cluster_id or BOOTCAMP_SCOPE, before_run or ""])
+        "ORDER BY decided_at DESC LIMIT 1",
+        [bootcamp, cluster_id or BOOTCAMP_SCOPE, before_run or ""],
+    )
     if row:
         return int(row[0]["next_level"])
     levels = _cluster_levels(store, cluster_id) if cluster_id else sorted(registry.make(bootcamp).levels)
@@ -75,8 +77,9 @@ def train_levels(store: Store, bootcamp: str, allowed: Sequence[int] | None = No
     return [lv for lv in allowed if lv <= current] or [min(allowed)]
 
 
-def update_curriculum(store: Store, run_id: str, *, up: float = 0.8, down: float = 0.3,
-                      bootcamps: Sequence[str] | None = None) -> list[LevelDecision]:
+def update_curriculum(
+    store: Store, run_id: str, *, up: float = 0.8, down: float = 0.3, bootcamps: Sequence[str] | None = None
+) -> list[LevelDecision]:
     """Decide the next level of every bootcamp and cluster that ``run_id`` played on the train side.
 
     Pass rates count only the run's train-split and probe episodes at each scope's current level, infra-failed and
@@ -87,7 +90,9 @@ def update_curriculum(store: Store, run_id: str, *, up: float = 0.8, down: float
                   count(*) AS episodes, count(*) FILTER (WHERE e.success) AS solved
            FROM episodes e JOIN instances i USING (instance_id) LEFT JOIN variants v ON v.variant_id = i.variant_id
            WHERE e.run_id = ? AND i.split IN ('train', 'probe') AND e.termination NOT IN {RETRYABLE_SQL}
-           GROUP BY ALL""", [run_id])
+           GROUP BY ALL""",
+        [run_id],
+    )
     counts: dict[tuple[str, str, int], list[int]] = {}
     for r in rows:
         if bootcamps and r["bootcamp"] not in bootcamps:
@@ -104,25 +109,39 @@ def update_curriculum(store: Store, run_id: str, *, up: float = 0.8, down: float
             continue
         levels = _cluster_levels(store, scope) if scope else sorted(registry.make(bootcamp).levels)
         rate = solved / episodes
-        decisions.append(LevelDecision(run_id, bootcamp, scope, level, step_level(level, rate, levels, up, down),
-                                       round(rate, 4), episodes))
+        decisions.append(
+            LevelDecision(
+                run_id, bootcamp, scope, level, step_level(level, rate, levels, up, down), round(rate, 4), episodes
+            )
+        )
     _write(store, decisions)
     return decisions
 
 
 def _cluster_levels(store: Store, cluster_id: str) -> list[int]:
-    rows = store.query("SELECT DISTINCT i.level FROM instances i JOIN variants v USING (variant_id) "
-                       "WHERE v.cluster_id = ? AND v.status = 'accepted' ORDER BY 1", [cluster_id])
+    rows = store.query(
+        "SELECT DISTINCT i.level FROM instances i JOIN variants v USING (variant_id) "
+        "WHERE v.cluster_id = ? AND v.status = 'accepted' ORDER BY 1",
+        [cluster_id],
+    )
     return [r["level"] for r in rows]
 
 
 def _write(store: Store, decisions: Sequence[LevelDecision]) -> None:
     ts = now()
-    store.insert("curriculum", pa.table({
-        "run_id": [d.run_id for d in decisions], "bootcamp": [d.bootcamp for d in decisions],
-        "cluster_id": [d.cluster_id for d in decisions], "level": pa.array([d.level for d in decisions], pa.int32()),
-        "next_level": pa.array([d.next_level for d in decisions], pa.int32()),
-        "pass_rate": pa.array([d.pass_rate for d in decisions], pa.float64()),
-        "episodes": pa.array([d.episodes for d in decisions], pa.int32()),
-        "decided_at": pa.array([ts] * len(decisions), pa.timestamp("us")),
-    }), on_conflict="replace")
+    store.insert(
+        "curriculum",
+        pa.table(
+            {
+                "run_id": [d.run_id for d in decisions],
+                "bootcamp": [d.bootcamp for d in decisions],
+                "cluster_id": [d.cluster_id for d in decisions],
+                "level": pa.array([d.level for d in decisions], pa.int32()),
+                "next_level": pa.array([d.next_level for d in decisions], pa.int32()),
+                "pass_rate": pa.array([d.pass_rate for d in decisions], pa.float64()),
+                "episodes": pa.array([d.episodes for d in decisions], pa.int32()),
+                "decided_at": pa.array([ts] * len(decisions), pa.timestamp("us")),
+            }
+        ),
+        on_conflict="replace",
+    )

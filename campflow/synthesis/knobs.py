@@ -101,6 +101,5 @@ def _knob(name: str, prop: Mapping[str, Any]) -> Knob:
             lo += step
         if hi is not None and "maximum" not in prop:
             hi -= step
-        return Knob(name, kind, None if lo is None else float(lo), None if hi is None else float(hi),
-                    default=default)
+        return Knob(name, kind, None if lo is None else float(lo), None if hi is None else float(hi), default=default)
     return Knob(name, "other", default=default)

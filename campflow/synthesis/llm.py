@@ -53,9 +53,17 @@ class LLMSynthesizer(Synthesizer):
     needs_transcripts = True
 
     def __init__(
-        self, model: str, base_url: str | None = None, api_key: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY", temperature: float = 0.7, max_tokens: int = 2048,
-        timeout: float = 120.0, max_retries: int = 2, json_schema: bool = True, max_requests: int = 3,
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 0.7,
+        max_tokens: int = 2048,
+        timeout: float = 120.0,
+        max_retries: int = 2,
+        json_schema: bool = True,
+        max_requests: int = 3,
         exemplar_chars: int = 1500,
     ) -> None:
         self.model, self.base_url = model, base_url
@@ -71,9 +79,18 @@ class LLMSynthesizer(Synthesizer):
         """The synthesizer ``cfg`` describes; ``cfg.model`` is required."""
         if not cfg.model:
             raise ConfigError("synthesis.llm.model is required for the llm synthesizer (pass --model)")
-        return cls(cfg.model, cfg.base_url, api_key_env=cfg.api_key_env, temperature=cfg.temperature,
-                   max_tokens=cfg.max_tokens, timeout=cfg.timeout, max_retries=cfg.max_retries,
-                   json_schema=cfg.json_schema, max_requests=cfg.max_requests, exemplar_chars=cfg.exemplar_chars)
+        return cls(
+            cfg.model,
+            cfg.base_url,
+            api_key_env=cfg.api_key_env,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            timeout=cfg.timeout,
+            max_retries=cfg.max_retries,
+            json_schema=cfg.json_schema,
+            max_requests=cfg.max_requests,
+            exemplar_chars=cfg.exemplar_chars,
+        )
 
     def propose(self, context: ClusterContext, n: int) -> list[Proposal]:
         """Up to ``n`` readable proposals, plus one unreadable proposal per reply that had none."""
@@ -87,16 +104,25 @@ class LLMSynthesizer(Synthesizer):
             messages.append({"role": "assistant", "content": text})
             if problem is not None:
                 out.append(Proposal(context.bootcamp, context.cluster_id, self.name, unreadable=problem, raw=text))
-                messages.append({"role": "user", "content": f"That reply could not be read ({problem}). "
-                                 'Reply with the JSON object {"proposals": [...]} only.'})
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": f"That reply could not be read ({problem}). "
+                        'Reply with the JSON object {"proposals": [...]} only.',
+                    }
+                )
                 continue
-            for item in items[:n - readable]:
+            for item in items[: n - readable]:
                 out.append(_proposal(context, item, self.name))
                 readable += 1
             if readable >= n:
                 break
-            messages.append({"role": "user", "content": f"Propose {n - readable} more, different from those, "
-                             "in the same JSON form."})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": f"Propose {n - readable} more, different from those, in the same JSON form.",
+                }
+            )
         return out
 
     def messages(self, context: ClusterContext, n: int) -> list[dict[str, str]]:
@@ -104,14 +130,20 @@ class LLMSynthesizer(Synthesizer):
         d = registry.make(context.bootcamp).describe()
         c = context.cluster
         traits = c.traits.get("knobs") or []
-        trait_text = "; ".join(f"{t['text']} (fails {t['fail_in']:.0%} there vs {t['fail_out']:.0%} elsewhere)"
-                               for t in traits) or "none stand out"
+        trait_text = (
+            "; ".join(f"{t['text']} (fails {t['fail_in']:.0%} there vs {t['fail_out']:.0%} elsewhere)" for t in traits)
+            or "none stand out"
+        )
         categories = ", ".join(f"{cat} x{k}" for cat, k in c.traits.get("categories") or [])
         parents = "\n".join(json.dumps(p.params, sort_keys=True) for p in context.parents[:5])
-        exemplars = "\n\n".join(
-            f"### Episode {i} ({e.category}), params {json.dumps(e.params, sort_keys=True)}\n"
-            f"{render_transcript(e.transcript, self.exemplar_chars)}"
-            for i, e in enumerate(context.exemplars, 1)) or "(none available)"
+        exemplars = (
+            "\n\n".join(
+                f"### Episode {i} ({e.category}), params {json.dumps(e.params, sort_keys=True)}\n"
+                f"{render_transcript(e.transcript, self.exemplar_chars)}"
+                for i, e in enumerate(context.exemplars, 1)
+            )
+            or "(none available)"
+        )
         user = (
             f"## Task family: {d['name']}\n{d['description']}\n\n"
             f"## Params JSON schema\n{json.dumps(d['params_schema'], sort_keys=True)}\n\n"
@@ -135,13 +167,20 @@ class LLMSynthesizer(Synthesizer):
         import openai  # deferred: `campflow --help` does not pay for the SDK
 
         if self._client is None:
-            self._client = openai.OpenAI(api_key=self.api_key, base_url=self.base_url, timeout=self.timeout,
-                                         max_retries=self.max_retries)
-        request: dict[str, Any] = {"model": self.model, "messages": list(messages),
-                                   "temperature": self.temperature, "max_tokens": self.max_tokens}
+            self._client = openai.OpenAI(
+                api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
+            )
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(messages),
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
         if self.json_schema:
-            request["response_format"] = {"type": "json_schema",
-                                          "json_schema": {"name": "variant_proposals", "schema": schema}}
+            request["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "variant_proposals", "schema": schema},
+            }
         where = f"LLM endpoint {self.base_url or 'api.openai.com'} (model {self.model})"
         try:
             try:
@@ -172,10 +211,18 @@ def response_schema(params_schema: dict[str, Any]) -> dict[str, Any]:
     params = copy.deepcopy(params_schema)
     defs = params.pop("$defs", None)
     schema: dict[str, Any] = {
-        "type": "object", "required": ["proposals"],
-        "properties": {"proposals": {"type": "array", "items": {
-            "type": "object", "required": ["params", "rationale"],
-            "properties": {"params": params, "rationale": {"type": "string"}}}}},
+        "type": "object",
+        "required": ["proposals"],
+        "properties": {
+            "proposals": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["params", "rationale"],
+                    "properties": {"params": params, "rationale": {"type": "string"}},
+                },
+            }
+        },
     }
     if defs:
         schema["$defs"] = defs
@@ -227,8 +274,14 @@ def _proposal(context: ClusterContext, item: Any, synthesizer: str) -> Proposal:
     parents = tuple(p.instance_id for p in context.parents[:5])
     if isinstance(item, dict) and "params" in item:
         rationale = item.get("rationale")
-        return Proposal(context.bootcamp, context.cluster_id, synthesizer, item["params"],
-                        rationale if isinstance(rationale, str) else None, parents)
+        return Proposal(
+            context.bootcamp,
+            context.cluster_id,
+            synthesizer,
+            item["params"],
+            rationale if isinstance(rationale, str) else None,
+            parents,
+        )
     return Proposal(context.bootcamp, context.cluster_id, synthesizer, item, None, parents)
 
 
@@ -241,8 +294,11 @@ def render_transcript(transcript: Sequence[dict[str, Any]], limit: int) -> str:
             continue
         content = content_text(m.get("content"))
         if role == "assistant":
-            calls = [f"-> {c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})"
-                     for c in m.get("tool_calls") or [] if isinstance(c, dict)]
+            calls = [
+                f"-> {c.get('function', {}).get('name')}({c.get('function', {}).get('arguments')})"
+                for c in m.get("tool_calls") or []
+                if isinstance(c, dict)
+            ]
             content = " ".join([content, *calls]).strip()
         lines.append(clip(" ".join(f"{role}: {content}".split()), 300))
     text = "\n".join(lines)

@@ -78,8 +78,9 @@ def mine_failures(store: Store, run_id: str, bootcamps: Sequence[str] | None = N
         RunNotFoundError: the run has no episodes in the store.
     """
     if not store.scalar("SELECT count(*) FROM episodes WHERE run_id = ?", [run_id]):
-        raise RunNotFoundError(f"run {run_id!r} has no episodes in the store at {store.path}; "
-                               "`campflow runs` lists the runs")
+        raise RunNotFoundError(
+            f"run {run_id!r} has no episodes in the store at {store.path}; `campflow runs` lists the runs"
+        )
     sql, params = _FAILURE_ROWS_SQL, [run_id]
     if bootcamps:
         sql += f" AND e.bootcamp IN ({', '.join('?' for _ in bootcamps)})"
@@ -105,23 +106,41 @@ def mine_rows(rows: Iterable[Mapping[str, Any]]) -> list[Failure]:
         details = _json(r.get("details")) or {}
         last_assistant = _json(r.get("last_assistant")) or {}
         params = _json(r.get("params"))
-        reason = failure_reason(termination, details, r.get("error"), last_assistant,
-                                lambda: tools.get(r["bootcamp"], r["instance_id"], params, r.get("seed")))
+        reason = failure_reason(
+            termination,
+            details,
+            r.get("error"),
+            last_assistant,
+            lambda: tools.get(r["bootcamp"], r["instance_id"], params, r.get("seed")),  # noqa: B023 -- called in this iteration
+        )
         category = f"{termination.value}:{reason}" if reason else termination.value
         last_tool = _last_tool(last_assistant)
         last_error = _error_text(r.get("last_error"))
         # An earlier, recovered-from error says little about why a wrong answer was wrong, so only
         # episodes that ended on an error carry it (the engine's own message) in their signature.
         ending = _error_text(r.get("error")) if termination in _ERROR_ENDS else ""
-        out.append(Failure(
-            episode_id=r["episode_id"], run_id=r["run_id"], bootcamp=r["bootcamp"], instance_id=r["instance_id"],
-            category=category, signature=signature(category, last_tool, ending),
-            features={"params": params if isinstance(params, dict) else {}, "level": r.get("level"),
-                      "turns": r.get("turns"), "tool_calls": r.get("tool_calls"),
-                      "invalid_calls": r.get("invalid_calls"), "reward": r.get("reward"),
-                      "termination": termination.value, "reason": reason, "last_tool": last_tool,
-                      "last_error": last_error},
-        ))
+        out.append(
+            Failure(
+                episode_id=r["episode_id"],
+                run_id=r["run_id"],
+                bootcamp=r["bootcamp"],
+                instance_id=r["instance_id"],
+                category=category,
+                signature=signature(category, last_tool, ending),
+                features={
+                    "params": params if isinstance(params, dict) else {},
+                    "level": r.get("level"),
+                    "turns": r.get("turns"),
+                    "tool_calls": r.get("tool_calls"),
+                    "invalid_calls": r.get("invalid_calls"),
+                    "reward": r.get("reward"),
+                    "termination": termination.value,
+                    "reason": reason,
+                    "last_tool": last_tool,
+                    "last_error": last_error,
+                },
+            )
+        )
     return out
 
 
@@ -129,7 +148,10 @@ _ERROR_ENDS = (Termination.INVALID_TOOL_CALL, Termination.FORMAT_ERROR, Terminat
 
 
 def failure_reason(
-    termination: Termination, details: Mapping[str, Any], error: str | None, last_assistant: Mapping[str, Any],
+    termination: Termination,
+    details: Mapping[str, Any],
+    error: str | None,
+    last_assistant: Mapping[str, Any],
     tools: Mapping[str, Tool] | Callable[[], Mapping[str, Tool] | None] | None = None,
 ) -> str:
     """The part of the category after the termination ('' when there is nothing more to say).
@@ -226,23 +248,35 @@ class _ToolCache:
             return None
 
 
-FAILURE_SCHEMA = pa.schema([
-    ("episode_id", pa.string()), ("run_id", pa.string()), ("bootcamp", pa.string()),
-    ("instance_id", pa.string()), ("category", pa.string()), ("signature", pa.string()),
-    ("features", pa.string()),
-])
+FAILURE_SCHEMA = pa.schema(
+    [
+        ("episode_id", pa.string()),
+        ("run_id", pa.string()),
+        ("bootcamp", pa.string()),
+        ("instance_id", pa.string()),
+        ("category", pa.string()),
+        ("signature", pa.string()),
+        ("features", pa.string()),
+    ]
+)
 
 
 def write_failures(store: Store, failures: Sequence[Failure]) -> int:
     """Upsert failures in one Arrow batch; a failure already clustered keeps its cluster id."""
     if not failures:
         return 0
-    rows = pa.Table.from_pydict({
-        "episode_id": [f.episode_id for f in failures], "run_id": [f.run_id for f in failures],
-        "bootcamp": [f.bootcamp for f in failures], "instance_id": [f.instance_id for f in failures],
-        "category": [f.category for f in failures], "signature": [f.signature for f in failures],
-        "features": [to_json(f.features) for f in failures],
-    }, schema=FAILURE_SCHEMA)
+    rows = pa.Table.from_pydict(
+        {
+            "episode_id": [f.episode_id for f in failures],
+            "run_id": [f.run_id for f in failures],
+            "bootcamp": [f.bootcamp for f in failures],
+            "instance_id": [f.instance_id for f in failures],
+            "category": [f.category for f in failures],
+            "signature": [f.signature for f in failures],
+            "features": [to_json(f.features) for f in failures],
+        },
+        schema=FAILURE_SCHEMA,
+    )
     with store.connection() as con:
         con.register("_campflow_failures", rows)
         try:

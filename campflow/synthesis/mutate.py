@@ -47,8 +47,11 @@ class MutationSynthesizer(Synthesizer):
             return []
         model = registry.make(context.bootcamp).params_model
         knobs = {k.name: k for k in knobs_of(model)}
-        traits = {t.knob: t for t in (Trait.from_dict(d) for d in context.cluster.traits.get("knobs") or [])
-                  if t.knob in knobs}
+        traits = {
+            t.knob: t
+            for t in (Trait.from_dict(d) for d in context.cluster.traits.get("knobs") or [])
+            if t.knob in knobs
+        }
         observed = {name: [p.params[name] for p in context.parents if name in p.params] for name in knobs}
         free = [name for name in knobs if name not in traits and name != "level"]
         rng = random.Random(f"mutate:{self.seed}:{context.cluster_id}")
@@ -58,8 +61,11 @@ class MutationSynthesizer(Synthesizer):
             if len(out) >= n:
                 break
             parent = context.parents[attempt % len(context.parents)]
-            names = [name for name, t in traits.items()  # a parent outside a trait's region always moves in
-                     if rng.random() < 0.8 or not t.contains(knobs[name], parent.params.get(name, knobs[name].default))]
+            names = [
+                name
+                for name, t in traits.items()  # a parent outside a trait's region always moves in
+                if rng.random() < 0.8 or not t.contains(knobs[name], parent.params.get(name, knobs[name].default))
+            ]
             names = names or ([rng.choice(list(traits))] if traits else [])
             if free and (not names or rng.random() < self.p_extra):
                 names.append(rng.choice(free))
@@ -67,8 +73,9 @@ class MutationSynthesizer(Synthesizer):
             changes = []
             for name in names:
                 old = params.get(name, knobs[name].default)
-                new = _first_valid(model, params, name, _candidates(knobs[name], old, traits.get(name), rng,
-                                                                     observed[name]))
+                new = _first_valid(
+                    model, params, name, _candidates(knobs[name], old, traits.get(name), rng, observed[name])
+                )
                 if new is not None:
                     params[name] = new
                     changes.append(f"{name} {old!r}->{new!r}")
@@ -77,8 +84,16 @@ class MutationSynthesizer(Synthesizer):
                 continue
             seen.add(key)
             aim = "; inside " + ", ".join(t.text() for t in traits.values()) if traits else ""
-            out.append(Proposal(context.bootcamp, context.cluster_id, self.name, params,
-                                f"mutated {parent.instance_id}: {', '.join(changes)}{aim}", (parent.instance_id,)))
+            out.append(
+                Proposal(
+                    context.bootcamp,
+                    context.cluster_id,
+                    self.name,
+                    params,
+                    f"mutated {parent.instance_id}: {', '.join(changes)}{aim}",
+                    (parent.instance_id,),
+                )
+            )
         return out
 
 
@@ -93,8 +108,13 @@ def _first_valid(model: type[Params], params: dict[str, Any], name: str, candida
     return None
 
 
-def _candidates(knob: Knob, value: Any, trait: Trait | None, rng: random.Random, observed: Sequence[Any],
-                ) -> Iterator[Any]:
+def _candidates(
+    knob: Knob,
+    value: Any,
+    trait: Trait | None,
+    rng: random.Random,
+    observed: Sequence[Any],
+) -> Iterator[Any]:
     """New values for ``knob`` near ``value``, inside ``trait``'s region when one is given."""
     if knob.kind in ("int", "float") and not math.isnan(knob.number(value)):
         x = knob.number(value)

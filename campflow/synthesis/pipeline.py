@@ -45,8 +45,9 @@ def resolve_run(store: Store, run_id: str | None = None) -> str:
     """
     if run_id is not None:
         if not store.scalar("SELECT count(*) FROM episodes WHERE run_id = ?", [run_id]):
-            raise RunNotFoundError(f"run {run_id!r} has no episodes in the store at {store.path}; "
-                                   "`campflow runs` lists the runs")
+            raise RunNotFoundError(
+                f"run {run_id!r} has no episodes in the store at {store.path}; `campflow runs` lists the runs"
+            )
         return run_id
     latest = store.scalar("""SELECT e.run_id FROM episodes e LEFT JOIN runs r USING (run_id)
                              GROUP BY e.run_id ORDER BY max(coalesce(r.started_at, e.created_at)) DESC LIMIT 1""")
@@ -56,8 +57,12 @@ def resolve_run(store: Store, run_id: str | None = None) -> str:
 
 
 def analyze_run(
-    store: Store, run_id: str, cfg: SynthesisConfig | None = None, *,
-    bootcamps: Sequence[str] | None = None, refresh: bool = False,
+    store: Store,
+    run_id: str,
+    cfg: SynthesisConfig | None = None,
+    *,
+    bootcamps: Sequence[str] | None = None,
+    refresh: bool = False,
 ) -> Analysis:
     """Mine and cluster ``run_id`` unless that is already done for every one of its model failures."""
     cfg = cfg or SynthesisConfig()
@@ -65,15 +70,19 @@ def analyze_run(
     only, names = "", list(bootcamps or [])
     if names:
         only = f" AND bootcamp IN ({', '.join('?' for _ in names)})"
-    failed = store.scalar(f"SELECT count(*) FROM episodes WHERE run_id = ? AND termination IN ({marks}){only}",
-                          [run_id, *FAILURE_TERMINATIONS, *names])
-    clustered = store.scalar(f"SELECT count(*) FROM failures WHERE run_id = ? AND cluster_id IS NOT NULL{only}",
-                             [run_id, *names])
+    failed = store.scalar(
+        f"SELECT count(*) FROM episodes WHERE run_id = ? AND termination IN ({marks}){only}",
+        [run_id, *FAILURE_TERMINATIONS, *names],
+    )
+    clustered = store.scalar(
+        f"SELECT count(*) FROM failures WHERE run_id = ? AND cluster_id IS NOT NULL{only}", [run_id, *names]
+    )
     mining = None
     if refresh or failed != clustered:
         mining = mine_failures(store, run_id, bootcamps)
-        cluster_failures(store, run_id, max_clusters=cfg.max_clusters, exemplars=cfg.exemplars, seed=cfg.seed,
-                         bootcamps=bootcamps)
+        cluster_failures(
+            store, run_id, max_clusters=cfg.max_clusters, exemplars=cfg.exemplars, seed=cfg.seed, bootcamps=bootcamps
+        )
     return Analysis(run_id, mining, load_clusters(store, run_id, bootcamps))
 
 
@@ -94,9 +103,16 @@ class SynthesisSummary:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form, stored as the run's summary."""
-        return {"source_run_id": self.source_run_id, "synthesizer": self.synthesizer, "clusters": self.clusters,
-                "proposed": self.proposed, "accepted": self.accepted, "rejected": dict(self.rejected),
-                "already_recorded": self.already_recorded, "repeated": self.repeated}
+        return {
+            "source_run_id": self.source_run_id,
+            "synthesizer": self.synthesizer,
+            "clusters": self.clusters,
+            "proposed": self.proposed,
+            "accepted": self.accepted,
+            "rejected": dict(self.rejected),
+            "already_recorded": self.already_recorded,
+            "repeated": self.repeated,
+        }
 
 
 def build_synthesizer(cfg: SynthesisConfig) -> Synthesizer:
@@ -126,9 +142,16 @@ def new_synthesis_run_id() -> str:
 
 
 def synthesize(
-    store: Store, source_run_id: str, cfg: SynthesisConfig | None = None, *,
-    synthesizer: Synthesizer | None = None, policy: Policy | None = None, bootcamps: Sequence[str] | None = None,
-    rollout: RolloutSettings | None = None, run_id: str | None = None, max_levels: dict[str, int] | None = None,
+    store: Store,
+    source_run_id: str,
+    cfg: SynthesisConfig | None = None,
+    *,
+    synthesizer: Synthesizer | None = None,
+    policy: Policy | None = None,
+    bootcamps: Sequence[str] | None = None,
+    rollout: RolloutSettings | None = None,
+    run_id: str | None = None,
+    max_levels: dict[str, int] | None = None,
 ) -> SynthesisSummary:
     """Propose variants for every cluster of ``source_run_id``, validate them, record the verdicts.
 
@@ -139,13 +162,22 @@ def synthesize(
     cfg = cfg or SynthesisConfig()
     synthesizer = synthesizer or build_synthesizer(cfg)
     run_id = run_id or new_synthesis_run_id()
-    store.start_run(run_id, "synthesize", {"source_run_id": source_run_id, "synthesis": cfg.model_dump(mode="json")},
-                    getattr(synthesizer, "model", None) or synthesizer.name)
+    store.start_run(
+        run_id,
+        "synthesize",
+        {"source_run_id": source_run_id, "synthesis": cfg.model_dump(mode="json")},
+        getattr(synthesizer, "model", None) or synthesizer.name,
+    )
     summary = SynthesisSummary(run_id, source_run_id, synthesizer.name)
     try:
         analyze_run(store, source_run_id, cfg, bootcamps=bootcamps)
-        contexts = load_contexts(store, source_run_id, bootcamps=bootcamps, min_size=cfg.min_cluster_size,
-                                 with_transcripts=synthesizer.needs_transcripts)
+        contexts = load_contexts(
+            store,
+            source_run_id,
+            bootcamps=bootcamps,
+            min_size=cfg.min_cluster_size,
+            with_transcripts=synthesizer.needs_transcripts,
+        )
         try:
             proposals = [p for c in contexts for p in synthesizer.propose(c, cfg.n_per_cluster)]
         finally:
@@ -163,17 +195,28 @@ def synthesize(
     by_cluster: dict[str, Counter[str]] = {c.cluster_id: Counter() for c in contexts}
     for v in result.verdicts:
         by_cluster.setdefault(v.proposal.cluster_id or "", Counter())[v.status] += 1
-    summary.per_cluster = [{"cluster_id": c.cluster_id, "bootcamp": c.bootcamp, "label": c.cluster.label,
-                            "size": c.cluster.size, "accepted": by_cluster[c.cluster_id]["accepted"],
-                            "rejected": by_cluster[c.cluster_id]["rejected"]} for c in contexts]
+    summary.per_cluster = [
+        {
+            "cluster_id": c.cluster_id,
+            "bootcamp": c.bootcamp,
+            "label": c.cluster.label,
+            "size": c.cluster.size,
+            "accepted": by_cluster[c.cluster_id]["accepted"],
+            "rejected": by_cluster[c.cluster_id]["rejected"],
+        }
+        for c in contexts
+    ]
     store.finish_run(run_id, "completed", summary.as_dict())
     return summary
 
 
 def failure_report(store: Store, run_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Rows for ``campflow failures``: failures per category, and the run's clusters with their variants."""
-    categories = store.query("SELECT bootcamp, category, failures, instances, clusters FROM failure_categories "
-                             "WHERE run_id = ? ORDER BY bootcamp, failures DESC, category", [run_id])
+    categories = store.query(
+        "SELECT bootcamp, category, failures, instances, clusters FROM failure_categories "
+        "WHERE run_id = ? ORDER BY bootcamp, failures DESC, category",
+        [run_id],
+    )
     clusters = store.query(
         """SELECT c.bootcamp, c.cluster_id, c.size, c.label, c.traits->>'$.dominant.text' AS dominant_trait,
                   c.exemplar_episode_ids[1] AS exemplar,
@@ -181,5 +224,7 @@ def failure_report(store: Store, run_id: str) -> tuple[list[dict[str, Any]], lis
                   count(v.variant_id) FILTER (WHERE v.status = 'rejected') AS rejected
            FROM clusters c LEFT JOIN variants v USING (cluster_id)
            WHERE c.run_id = ? AND c.cluster_id IN (SELECT cluster_id FROM failures WHERE run_id = ?)
-           GROUP BY ALL ORDER BY c.bootcamp, c.size DESC, c.cluster_id""", [run_id, run_id])
+           GROUP BY ALL ORDER BY c.bootcamp, c.size DESC, c.cluster_id""",
+        [run_id, run_id],
+    )
     return categories, clusters

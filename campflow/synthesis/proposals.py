@@ -102,12 +102,16 @@ class Synthesizer(ABC):
     def propose(self, context: ClusterContext, n: int) -> list[Proposal]:
         """About ``n`` proposals for ``context``'s cluster (unreadable replies count as proposals too)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- optional: most synthesizers hold nothing to release
         """Release connections; called once when a synthesis run is done."""
 
 
 def load_contexts(
-    store: Store, run_id: str, *, bootcamps: Sequence[str] | None = None, min_size: int = 1,
+    store: Store,
+    run_id: str,
+    *,
+    bootcamps: Sequence[str] | None = None,
+    min_size: int = 1,
     with_transcripts: bool = False,
 ) -> list[ClusterContext]:
     """The contexts of ``run_id``'s current clusters with at least ``min_size`` failures."""
@@ -121,22 +125,35 @@ def load_contexts(
         f"""SELECT f.cluster_id, f.instance_id, any_value(i.params) AS params, count(*) AS failures
             FROM failures f JOIN instances i USING (instance_id)
             WHERE f.run_id = ? AND f.cluster_id IN ({marks})
-            GROUP BY f.cluster_id, f.instance_id ORDER BY failures DESC, f.instance_id""", [run_id, *ids]):
+            GROUP BY f.cluster_id, f.instance_id ORDER BY failures DESC, f.instance_id""",
+        [run_id, *ids],
+    ):
         parents[r["cluster_id"]].append(Parent(r["instance_id"], orjson.loads(r["params"]), r["failures"]))
     exemplars: dict[str, list[Exemplar]] = {cid: [] for cid in ids}
     if with_transcripts:
         wanted = {e: c.cluster_id for c in clusters for e in c.exemplar_episode_ids}
-        rows = store.query(
-            f"""SELECT e.episode_id, e.instance_id, e.transcript, f.category, i.params
+        rows = (
+            store.query(
+                f"""SELECT e.episode_id, e.instance_id, e.transcript, f.category, i.params
                 FROM episodes e JOIN failures f USING (episode_id) LEFT JOIN instances i ON i.instance_id = e.instance_id
                 WHERE e.run_id = ? AND e.episode_id IN ({", ".join("?" for _ in wanted)})""",
-            [run_id, *wanted]) if wanted else []
+                [run_id, *wanted],
+            )
+            if wanted
+            else []
+        )
         by_id = {r["episode_id"]: r for r in rows}
         for c in clusters:
             for eid in c.exemplar_episode_ids:
                 r = by_id.get(eid)
                 if r is not None:
-                    exemplars[c.cluster_id].append(Exemplar(
-                        eid, r["instance_id"], r["category"], orjson.loads(r["params"] or "{}"),
-                        orjson.loads(r["transcript"])))
+                    exemplars[c.cluster_id].append(
+                        Exemplar(
+                            eid,
+                            r["instance_id"],
+                            r["category"],
+                            orjson.loads(r["params"] or "{}"),
+                            orjson.loads(r["transcript"]),
+                        )
+                    )
     return [ClusterContext(c, parents[c.cluster_id], exemplars[c.cluster_id]) for c in clusters]

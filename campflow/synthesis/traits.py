@@ -76,8 +76,16 @@ class Trait:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Trait:
         """Inverse of :meth:`as_dict`."""
-        return cls(d["knob"], d["op"], d.get("lo"), d.get("hi"), tuple(d.get("values") or ()),
-                   d.get("fail_in", 0.0), d.get("fail_out", 0.0), d.get("score", 0.0))
+        return cls(
+            d["knob"],
+            d["op"],
+            d.get("lo"),
+            d.get("hi"),
+            tuple(d.get("values") or ()),
+            d.get("fail_in", 0.0),
+            d.get("fail_out", 0.0),
+            d.get("score", 0.0),
+        )
 
 
 @dataclass
@@ -101,8 +109,11 @@ class Population:
                 GROUP BY i.params""",
             [*FAILURE_TERMINATIONS, run_id, bootcamp],
         )
-        return cls([orjson.loads(r["params"]) for r in rows], np.array([r["episodes"] for r in rows], float),
-                   np.array([r["failures"] for r in rows], float))
+        return cls(
+            [orjson.loads(r["params"]) for r in rows],
+            np.array([r["episodes"] for r in rows], float),
+            np.array([r["failures"] for r in rows], float),
+        )
 
     def subset(self, keep: Sequence[bool]) -> Population:
         """The part of the population where ``keep`` is true."""
@@ -113,13 +124,17 @@ class Population:
         """The knob's value for every distinct params: floats (numeric knobs) or category labels."""
         if knob.name not in self._columns:
             values = [p.get(knob.name, knob.default) for p in self.params]
-            self._columns[knob.name] = (np.array([knob.number(v) for v in values], float) if knob.numeric
-                                        else np.array([knob.category(v) for v in values], object))
+            self._columns[knob.name] = (
+                np.array([knob.number(v) for v in values], float)
+                if knob.numeric
+                else np.array([knob.category(v) for v in values], object)
+            )
         return self._columns[knob.name]
 
 
-def knob_traits(knobs: Sequence[Knob], population: Population, members: Sequence[Mapping[str, Any]],
-                most: int = 3) -> list[Trait]:
+def knob_traits(
+    knobs: Sequence[Knob], population: Population, members: Sequence[Mapping[str, Any]], most: int = 3
+) -> list[Trait]:
     """The traits of a cluster whose members failed with ``members`` params, dominant first.
 
     Each trait after the first is measured inside the regions of those before it (a path, as in a
@@ -128,16 +143,18 @@ def knob_traits(knobs: Sequence[Knob], population: Population, members: Sequence
     """
     traits: list[Trait] = []
     while len(traits) < most and population.params and members:
-        candidates = [_numeric_trait(k, population, members) if k.numeric else _choice_trait(k, population, members)
-                      for k in knobs if k.name not in {t.knob for t in traits}]
+        candidates = [
+            _numeric_trait(k, population, members) if k.numeric else _choice_trait(k, population, members)
+            for k in knobs
+            if k.name not in {t.knob for t in traits}
+        ]
         found = [t for t in candidates if t is not None and t.score >= MIN_TRAIT_SCORE]
         if not found:
             break
         best = max(found, key=lambda t: t.score)  # ties keep the model's field order
         traits.append(best)
         knob = next(k for k in knobs if k.name == best.knob)
-        population = population.subset([best.contains(knob, p.get(knob.name, knob.default))
-                                         for p in population.params])
+        population = population.subset([best.contains(knob, p.get(knob.name, knob.default)) for p in population.params])
         members = [m for m in members if best.contains(knob, m.get(knob.name, knob.default))]
     return traits
 
@@ -204,9 +221,10 @@ def _choice_trait(knob: Knob, population: Population, members: Sequence[Mapping[
     if best is None:
         return None
     (_, j), fail_in, fail_out, score = best
-    chosen = tuple(sorted(str(values[v]) for v in order[:j + 1]))
-    return Trait(knob.name, "=" if len(chosen) == 1 else "in", values=chosen, fail_in=fail_in,
-                 fail_out=fail_out, score=score)
+    chosen = tuple(sorted(str(values[v]) for v in order[: j + 1]))
+    return Trait(
+        knob.name, "=" if len(chosen) == 1 else "in", values=chosen, fail_in=fail_in, fail_out=fail_out, score=score
+    )
 
 
 def _support(episodes: float) -> float:
@@ -214,8 +232,13 @@ def _support(episodes: float) -> float:
     return max(10.0, 0.1 * episodes)
 
 
-def _rates(e_in: np.ndarray, f_in: np.ndarray, e_all: float, f_all: float, allowed: np.ndarray,
-           ) -> tuple[tuple[int, int], float, float, float] | None:
+def _rates(
+    e_in: np.ndarray,
+    f_in: np.ndarray,
+    e_all: float,
+    f_all: float,
+    allowed: np.ndarray,
+) -> tuple[tuple[int, int], float, float, float] | None:
     """The best ``allowed`` candidate region (rows x columns of ``e_in``/``f_in``) by failure-rate difference.
 
     A region is a candidate when both it and the rest hold enough episodes (:func:`_support`) and its

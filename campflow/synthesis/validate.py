@@ -105,11 +105,24 @@ class ValidationSettings:
     max_levels: dict[str, int] | None = None  # bootcamp -> highest level trained at now; None: no limit
 
     @classmethod
-    def from_config(cls, cfg: SynthesisConfig, rollout: RolloutSettings | None = None,
-                    concurrency: int = 32, max_levels: dict[str, int] | None = None) -> ValidationSettings:
+    def from_config(
+        cls,
+        cfg: SynthesisConfig,
+        rollout: RolloutSettings | None = None,
+        concurrency: int = 32,
+        max_levels: dict[str, int] | None = None,
+    ) -> ValidationSettings:
         """Settings from the ``synthesis`` config section."""
-        return cls(cfg.instances_per_variant, cfg.probes_per_variant, cfg.calibration_samples, cfg.band_min,
-                   cfg.band_max, concurrency, rollout or RolloutSettings(), max_levels)
+        return cls(
+            cfg.instances_per_variant,
+            cfg.probes_per_variant,
+            cfg.calibration_samples,
+            cfg.band_min,
+            cfg.band_max,
+            concurrency,
+            rollout or RolloutSettings(),
+            max_levels,
+        )
 
 
 @dataclass
@@ -127,7 +140,9 @@ class ValidationResult:
 
 
 def validate_proposals(
-    store: Store, proposals: Iterable[Proposal], settings: ValidationSettings = ValidationSettings(),
+    store: Store,
+    proposals: Iterable[Proposal],
+    settings: ValidationSettings = ValidationSettings(),
     policy: Policy | None = None,
 ) -> ValidationResult:
     """Check every proposal (see the module docstring) and calibrate the survivors with ``policy``.
@@ -157,8 +172,11 @@ def _decided(store: Store, variant_ids: Sequence[str]) -> set[str]:
     if not variant_ids:
         return set()
     marks = ", ".join("?" for _ in variant_ids)
-    rows = store.query(f"SELECT variant_id FROM variants WHERE variant_id IN ({marks}) "
-                       "AND coalesce(reject_kind, '') <> 'uncalibrated'", list(variant_ids))
+    rows = store.query(
+        f"SELECT variant_id FROM variants WHERE variant_id IN ({marks}) "
+        "AND coalesce(reject_kind, '') <> 'uncalibrated'",
+        list(variant_ids),
+    )
     return {r["variant_id"] for r in rows}
 
 
@@ -175,15 +193,19 @@ class _KnownParams:
         if bootcamp not in self._loaded:
             eval_params: dict[str, str] = {}
             taken: dict[str, str] = {}
-            for r in self.store.query("SELECT params, split, min(instance_id) AS iid FROM instances "
-                                      "WHERE bootcamp = ? GROUP BY params, split", [bootcamp]):
+            for r in self.store.query(
+                "SELECT params, split, min(instance_id) AS iid FROM instances "
+                "WHERE bootcamp = ? GROUP BY params, split",
+                [bootcamp],
+            ):
                 key = canonical_json(orjson.loads(r["params"]))
                 if r["split"] == "eval":
                     eval_params[key] = r["iid"]
                 else:
                     taken.setdefault(key, f"instance {r['iid']}")
-            for r in self.store.query("SELECT variant_id, params FROM variants WHERE bootcamp = ? "
-                                      "AND status = 'accepted'", [bootcamp]):
+            for r in self.store.query(
+                "SELECT variant_id, params FROM variants WHERE bootcamp = ? AND status = 'accepted'", [bootcamp]
+            ):
                 taken[canonical_json(orjson.loads(r["params"]))] = f"accepted variant {r['variant_id']}"
             self._loaded[bootcamp] = (eval_params, taken, self.store.eval_ids(bootcamp))
         return self._loaded[bootcamp]
@@ -195,11 +217,13 @@ def _check(proposal: Proposal, known: _KnownParams, settings: ValidationSettings
     if proposal.unreadable:
         kind, _, detail = proposal.unreadable.partition(": ")
         known_kind = kind in (RejectKind.INVALID_JSON, RejectKind.NOT_AN_OBJECT)
-        return verdict.reject(RejectKind(kind) if known_kind else RejectKind.INVALID_JSON,
-                              detail if known_kind else proposal.unreadable)
+        return verdict.reject(
+            RejectKind(kind) if known_kind else RejectKind.INVALID_JSON, detail if known_kind else proposal.unreadable
+        )
     if not isinstance(proposal.params, dict):
-        return verdict.reject(RejectKind.NOT_AN_OBJECT,
-                              f"params must be a JSON object, got {type(proposal.params).__name__}")
+        return verdict.reject(
+            RejectKind.NOT_AN_OBJECT, f"params must be a JSON object, got {type(proposal.params).__name__}"
+        )
     try:
         bootcamp = registry.make(proposal.bootcamp)
         verdict.params = bootcamp.params(proposal.params)
@@ -212,13 +236,14 @@ def _check(proposal: Proposal, known: _KnownParams, settings: ValidationSettings
     if key in taken:
         return verdict.reject(RejectKind.DUPLICATE, f"params equal those of {taken[key]}")
     if key in known.batch:
-        return verdict.reject(RejectKind.DUPLICATE, f"params equal those of proposal {known.batch[key]} "
-                                                    "in this batch")
+        return verdict.reject(RejectKind.DUPLICATE, f"params equal those of proposal {known.batch[key]} in this batch")
     known.batch[key] = proposal.variant_id
     ceiling = (settings.max_levels or {}).get(proposal.bootcamp)
     if ceiling is not None and verdict.params.level > ceiling:
-        return verdict.reject(RejectKind.ABOVE_CURRICULUM, f"level {verdict.params.level} is above "
-                                                           f"{proposal.bootcamp}'s curriculum level {ceiling}")
+        return verdict.reject(
+            RejectKind.ABOVE_CURRICULUM,
+            f"level {verdict.params.level} is above {proposal.bootcamp}'s curriculum level {ceiling}",
+        )
     for seed in variant_seeds(proposal.variant_id, settings.instances_per_variant):
         problem = _solvable(bootcamp, verdict.params, seed, eval_ids, verdict)
         if problem is not None:
@@ -242,8 +267,9 @@ def _probe(bootcamp: Bootcamp, params: Params, seed: int) -> Instance | None:
         return None
 
 
-def _solvable(bootcamp: Bootcamp, params: Params, seed: int, eval_ids: set[str],
-              verdict: Verdict) -> tuple[RejectKind, str] | None:
+def _solvable(
+    bootcamp: Bootcamp, params: Params, seed: int, eval_ids: set[str], verdict: Verdict
+) -> tuple[RejectKind, str] | None:
     try:
         instance = bootcamp.generate(params, seed)
     except Exception as exc:  # noqa: BLE001  (any failure to generate makes the params unusable)
@@ -262,14 +288,15 @@ def _solvable(bootcamp: Bootcamp, params: Params, seed: int, eval_ids: set[str],
 
 def variant_seeds(variant_id: str, n: int) -> list[int]:
     """``n`` fresh train-split seeds for a variant, fixed by its id."""
-    return [int(hashlib.sha256(f"{variant_id}:{i}".encode()).hexdigest()[:15], 16) % TRAIN_SEED_LIMIT
-            for i in range(n)]
+    return [int(hashlib.sha256(f"{variant_id}:{i}".encode()).hexdigest()[:15], 16) % TRAIN_SEED_LIMIT for i in range(n)]
 
 
 def probe_seeds(variant_id: str, n: int) -> list[int]:
     """``n`` train-range seeds for a variant's probes, fixed by its id and apart from its training seeds."""
-    return [int(hashlib.sha256(f"{variant_id}:probe:{i}".encode()).hexdigest()[:15], 16) % TRAIN_SEED_LIMIT
-            for i in range(n)]
+    return [
+        int(hashlib.sha256(f"{variant_id}:probe:{i}".encode()).hexdigest()[:15], 16) % TRAIN_SEED_LIMIT
+        for i in range(n)
+    ]
 
 
 def calibrate(verdicts: Sequence[Verdict], policy: Policy, settings: ValidationSettings) -> None:
@@ -297,8 +324,10 @@ def calibrate(verdicts: Sequence[Verdict], policy: Policy, settings: ValidationS
     band = f"the band is {settings.band_min:.0%}-{settings.band_max:.0%}"
     for v, seen, error in zip(verdicts, outcomes, errors):
         if not seen:
-            v.reject(RejectKind.UNCALIBRATED, f"no calibration episode of {policy.model_id} could be measured "
-                                              f"({error or 'none ran'})")
+            v.reject(
+                RejectKind.UNCALIBRATED,
+                f"no calibration episode of {policy.model_id} could be measured ({error or 'none ran'})",
+            )
             continue
         v.pass_rate = round(sum(seen) / len(seen), 4)
         said = f"{policy.model_id} passed {sum(seen)} of {len(seen)} episodes ({v.pass_rate:.0%}); {band}"
@@ -314,31 +343,37 @@ def record_verdicts(store: Store, verdicts: Sequence[Verdict], run_id: str | Non
     if not verdicts:
         return
     ts = now()
-    variants = pa.table({
-        "variant_id": [v.variant_id for v in verdicts],
-        "cluster_id": pa.array([v.proposal.cluster_id for v in verdicts], pa.string()),
-        "bootcamp": [v.proposal.bootcamp for v in verdicts],
-        "params": [_params_json(v) for v in verdicts],
-        "rationale": pa.array([v.proposal.rationale for v in verdicts], pa.string()),
-        "synthesizer": [v.proposal.synthesizer for v in verdicts],
-        "status": [v.status for v in verdicts],
-        "reject_reason": pa.array([v.reject_reason for v in verdicts], pa.string()),
-        "reject_kind": pa.array([v.reject_kind.value if v.reject_kind else None for v in verdicts], pa.string()),
-        "pass_rate": pa.array([v.pass_rate for v in verdicts], pa.float64()),
-        "parent_instance_ids": pa.array([list(v.proposal.parent_instance_ids) for v in verdicts], pa.list_(pa.string())),
-        "instance_ids": pa.array([[i.id for i in v.instances] if v.accepted else None for v in verdicts],
-                                 pa.list_(pa.string())),
-        "run_id": pa.array([run_id] * len(verdicts), pa.string()),
-        "created_at": pa.array([ts] * len(verdicts), pa.timestamp("us")),
-    })
+    variants = pa.table(
+        {
+            "variant_id": [v.variant_id for v in verdicts],
+            "cluster_id": pa.array([v.proposal.cluster_id for v in verdicts], pa.string()),
+            "bootcamp": [v.proposal.bootcamp for v in verdicts],
+            "params": [_params_json(v) for v in verdicts],
+            "rationale": pa.array([v.proposal.rationale for v in verdicts], pa.string()),
+            "synthesizer": [v.proposal.synthesizer for v in verdicts],
+            "status": [v.status for v in verdicts],
+            "reject_reason": pa.array([v.reject_reason for v in verdicts], pa.string()),
+            "reject_kind": pa.array([v.reject_kind.value if v.reject_kind else None for v in verdicts], pa.string()),
+            "pass_rate": pa.array([v.pass_rate for v in verdicts], pa.float64()),
+            "parent_instance_ids": pa.array(
+                [list(v.proposal.parent_instance_ids) for v in verdicts], pa.list_(pa.string())
+            ),
+            "instance_ids": pa.array(
+                [[i.id for i in v.instances] if v.accepted else None for v in verdicts], pa.list_(pa.string())
+            ),
+            "run_id": pa.array([run_id] * len(verdicts), pa.string()),
+            "created_at": pa.array([ts] * len(verdicts), pa.timestamp("us")),
+        }
+    )
     accepted = [(v.variant_id, i) for v in verdicts if v.accepted for i in v.instances]
-    instances = instances_to_arrow([i for _, i in accepted], split="train", origin="synthesized",
-                                   variant_ids=[vid for vid, _ in accepted])
+    instances = instances_to_arrow(
+        [i for _, i in accepted], split="train", origin="synthesized", variant_ids=[vid for vid, _ in accepted]
+    )
     probed = [(v.variant_id, i) for v in verdicts if v.accepted for i in v.probes]
-    probes = instances_to_arrow([i for _, i in probed], split="probe", origin="synthesized",
-                                variant_ids=[vid for vid, _ in probed])
-    with store.transaction(_campflow_variants=variants, _campflow_instances=instances,
-                           _campflow_probes=probes) as con:
+    probes = instances_to_arrow(
+        [i for _, i in probed], split="probe", origin="synthesized", variant_ids=[vid for vid, _ in probed]
+    )
+    with store.transaction(_campflow_variants=variants, _campflow_instances=instances, _campflow_probes=probes) as con:
         con.execute("INSERT OR REPLACE INTO variants BY NAME SELECT * FROM _campflow_variants")
         if accepted:
             con.execute("INSERT OR IGNORE INTO instances BY NAME SELECT * FROM _campflow_instances")

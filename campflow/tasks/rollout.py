@@ -30,10 +30,16 @@ class ShardItem:
     sample: int
 
 
-def shard_items(instances: Iterable[Instance], samples: int, skip: set[tuple[str, int]] = frozenset()) -> list[ShardItem]:
+def shard_items(
+    instances: Iterable[Instance], samples: int, skip: set[tuple[str, int]] = frozenset()
+) -> list[ShardItem]:
     """Every (instance, sample) pair not in ``skip``."""
-    return [ShardItem(i.bootcamp, i.params.model_dump(mode="json"), i.seed, i.id, k)
-            for i in instances for k in range(samples) if (i.id, k) not in skip]
+    return [
+        ShardItem(i.bootcamp, i.params.model_dump(mode="json"), i.seed, i.id, k)
+        for i in instances
+        for k in range(samples)
+        if (i.id, k) not in skip
+    ]
 
 
 def specs_for(items: Sequence[ShardItem]) -> list[EpisodeSpec]:
@@ -43,15 +49,22 @@ def specs_for(items: Sequence[ShardItem]) -> list[EpisodeSpec]:
         bootcamp = registry.make(item.bootcamp)
         instance = bootcamp.generate(item.params, item.seed)
         if instance.id != item.instance_id:
-            raise RuntimeError(f"{item.bootcamp} instance {item.instance_id} regenerated as {instance.id}: "
-                               "the bootcamp changed without a version bump")
+            raise RuntimeError(
+                f"{item.bootcamp} instance {item.instance_id} regenerated as {instance.id}: "
+                "the bootcamp changed without a version bump"
+            )
         specs.append(EpisodeSpec(bootcamp, instance, item.sample))
     return specs
 
 
 @task(name="rollout-shard", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
-def rollout_shard(items: list[ShardItem], policy: PolicyConfig, rollout_cfg: RolloutConfig, run_id: str,
-                  imports: list[ImportSpec] | None = None) -> list[Episode]:
+def rollout_shard(
+    items: list[ShardItem],
+    policy: PolicyConfig,
+    rollout_cfg: RolloutConfig,
+    run_id: str,
+    imports: list[ImportSpec] | None = None,
+) -> list[Episode]:
     """Run a shard of episodes with the engine; episodes come back to the flow, which writes them.
 
     ``imports`` are the specs of imported bootcamps the shard may name: a worker in another process
@@ -64,5 +77,11 @@ def rollout_shard(items: list[ShardItem], policy: PolicyConfig, rollout_cfg: Rol
         episode.freeze()  # serialize here, in the worker, not in the one process that writes the store
         reporter.episode("episodes", episode.tokens, episode.turns, episode.latency_s)
 
-    return rollout(specs_for(items), build_policy(policy), RolloutSettings.from_config(rollout_cfg), run_id=run_id,
-                   concurrency=rollout_cfg.concurrency, on_episode=finished)
+    return rollout(
+        specs_for(items),
+        build_policy(policy),
+        RolloutSettings.from_config(rollout_cfg),
+        run_id=run_id,
+        concurrency=rollout_cfg.concurrency,
+        on_episode=finished,
+    )

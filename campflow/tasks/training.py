@@ -44,8 +44,14 @@ def build_dataset_task(cfg: CampflowConfig, run_ids: list[str], model_path: str 
 
         tokenizer = AutoTokenizer.from_pretrained(adapter_base(model_path) or model_path)
         thinking = chat_format(tokenizer.chat_template).thinking
-    build = build_sft_dataset(ws.store, ws.path, run_ids, cfg.training.filter, thinking=thinking,
-                              exclude_oracle=cfg.training.exclude_oracle_for_thinking)
+    build = build_sft_dataset(
+        ws.store,
+        ws.path,
+        run_ids,
+        cfg.training.filter,
+        thinking=thinking,
+        exclude_oracle=cfg.training.exclude_oracle_for_thinking,
+    )
     return build.dataset_id
 
 
@@ -53,9 +59,15 @@ def build_dataset_task(cfg: CampflowConfig, run_ids: list[str], model_path: str 
 def sft_task(cfg: CampflowConfig, base: str, dataset_id: str) -> str:
     """Supervised fine-tuning; returns the new checkpoint's id."""
     ws = Workspace.from_config(cfg)
-    return train_sft(ws.store, ws.path, base, dataset_id, cfg.training.sft,
-                     hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
-                     report_to=cfg.training.report_to).checkpoint.model_id
+    return train_sft(
+        ws.store,
+        ws.path,
+        base,
+        dataset_id,
+        cfg.training.sft,
+        hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
+        report_to=cfg.training.report_to,
+    ).checkpoint.model_id
 
 
 @task(name="rl", cache_policy=NO_CACHE)
@@ -65,10 +77,19 @@ def rl_task(cfg: CampflowConfig, base: str, instance_ids: list[str] | None = Non
     ws = Workspace.from_config(cfg)
     instances = None
     if instance_ids is not None:
-        rows = ws.store.query("SELECT bootcamp, params, seed FROM instances WHERE instance_id IN (SELECT unnest(?)) "
-                              "ORDER BY instance_id", [instance_ids])
+        rows = ws.store.query(
+            "SELECT bootcamp, params, seed FROM instances WHERE instance_id IN (SELECT unnest(?)) ORDER BY instance_id",
+            [instance_ids],
+        )
         instances = [ws.bootcamp(r["bootcamp"]).generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
-    return train_rl(ws.store, ws.path, base, cfg.training.bootcamps,
-                    cfg.training.rl, cfg.training.levels,
-                    hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
-                    report_to=cfg.training.report_to, instances=instances).checkpoint.model_id
+    return train_rl(
+        ws.store,
+        ws.path,
+        base,
+        cfg.training.bootcamps,
+        cfg.training.rl,
+        cfg.training.levels,
+        hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
+        report_to=cfg.training.report_to,
+        instances=instances,
+    ).checkpoint.model_id

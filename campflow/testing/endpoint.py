@@ -88,9 +88,17 @@ def action_message(action: Action, call_id: str, *, as_text: bool = False) -> di
     if as_text:
         body = json.dumps({"name": action.name, "arguments": dict(action.arguments)})
         return {"role": "assistant", "content": f"<tool_call>\n{body}\n</tool_call>"}
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call_id, "type": "function",
-         "function": {"name": action.name, "arguments": json.dumps(dict(action.arguments))}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": action.name, "arguments": json.dumps(dict(action.arguments))},
+            }
+        ],
+    }
 
 
 def _dumps(value: Any) -> str:
@@ -120,8 +128,18 @@ class ScriptedEndpoint:
             (as vLLM does); off, any name is served.
     """
 
-    def __init__(self, script: Script, *, latency: float = 0.0, fail_rate: float = 0.0, stall_rate: float = 0.0,
-                 stall_s: float = 30.0, seed: int = 0, model: str = "scripted", strict_models: bool = False) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        latency: float = 0.0,
+        fail_rate: float = 0.0,
+        stall_rate: float = 0.0,
+        stall_s: float = 30.0,
+        seed: int = 0,
+        model: str = "scripted",
+        strict_models: bool = False,
+    ) -> None:
         self.script, self.latency = script, latency
         self.strict_models = strict_models
         self.fail_rate, self.stall_rate, self.stall_s = fail_rate, stall_rate, stall_s
@@ -149,14 +167,19 @@ class ScriptedEndpoint:
         body = from_json(await request.read())
         self.served_as.append(body.get("model"))
         if self.strict_models and body.get("model") not in (self.model, *self.adapters):  # as vLLM does
-            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                                "type": "NotFoundError"}}, status=404)
+            return web.json_response(
+                {"error": {"message": f"The model `{body.get('model')}` does not exist.", "type": "NotFoundError"}},
+                status=404,
+            )
         roll = self.rng.random()
         if roll < self.fail_rate:
             self.failures += 1
             status = self.rng.choice([500, 429])
-            return web.json_response({"error": {"message": "injected failure", "type": "server_error"}},
-                                     status=status, headers={"retry-after-ms": "20"} if status == 429 else None)
+            return web.json_response(
+                {"error": {"message": "injected failure", "type": "server_error"}},
+                status=status,
+                headers={"retry-after-ms": "20"} if status == 429 else None,
+            )
         if roll < self.fail_rate + self.stall_rate:
             self.stalls += 1
             await asyncio.sleep(self.stall_s)
@@ -171,25 +194,42 @@ class ScriptedEndpoint:
         if usage is None:
             prompt_chars = sum(len(to_json(m.get("content") or "")) for m in body["messages"])
             completion_chars = len(to_json(message))
-            usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
-                     "total_tokens": (prompt_chars + completion_chars) // 4}
+            usage = {
+                "prompt_tokens": prompt_chars // 4,
+                "completion_tokens": completion_chars // 4,
+                "total_tokens": (prompt_chars + completion_chars) // 4,
+            }
         finish = finish or ("tool_calls" if message.get("tool_calls") else "stop")
-        return web.json_response(dumps=_dumps, data={
-            "id": f"chatcmpl-{self.requests}", "object": "chat.completion", "created": 0, "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": usage,
-        })
+        return web.json_response(
+            dumps=_dumps,
+            data={
+                "id": f"chatcmpl-{self.requests}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": self.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage,
+            },
+        )
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": name, "object": "model"}
-                                                             for name in (self.model, *self.adapters)]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": name, "object": "model"} for name in (self.model, *self.adapters)]}
+        )
 
     async def _load_lora(self, request: web.Request) -> web.Response:
         """vLLM's runtime LoRA loading: the adapter is served under ``lora_name`` from then on."""
         body = from_json(await request.read())
         if body.get("lora_name") in self.adapters:
-            return web.json_response({"error": {"message": f"The lora adapter '{body['lora_name']}' has already "
-                                                "been loaded.", "type": "InvalidUserInput"}}, status=400)
+            return web.json_response(
+                {
+                    "error": {
+                        "message": f"The lora adapter '{body['lora_name']}' has already been loaded.",
+                        "type": "InvalidUserInput",
+                    }
+                },
+                status=400,
+            )
         self.adapters[body["lora_name"]] = body["lora_path"]
         self.lora_log.append(("load", body["lora_name"], body["lora_path"]))
         return web.Response(text=f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
@@ -197,8 +237,15 @@ class ScriptedEndpoint:
     async def _unload_lora(self, request: web.Request) -> web.Response:
         body = from_json(await request.read())
         if self.adapters.pop(body.get("lora_name"), None) is None:
-            return web.json_response({"error": {"message": f"The lora adapter '{body.get('lora_name')}' cannot "
-                                                "be found.", "type": "NotFoundError"}}, status=404)
+            return web.json_response(
+                {
+                    "error": {
+                        "message": f"The lora adapter '{body.get('lora_name')}' cannot be found.",
+                        "type": "NotFoundError",
+                    }
+                },
+                status=404,
+            )
         self.lora_log.append(("unload", body["lora_name"], None))
         return web.Response(text=f"Success: LoRA adapter '{body['lora_name']}' removed successfully.")
 
@@ -251,8 +298,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--text", action="store_true", help="answer with <tool_call> text, not native calls")
     args = parser.parse_args(argv)
-    instances = [i for name in registry.parse_names(args.bootcamps)
-                 for i in eval_instances(registry.make(name), args.n)]
+    instances = [
+        i for name in registry.parse_names(args.bootcamps) for i in eval_instances(registry.make(name), args.n)
+    ]
     endpoint = ScriptedEndpoint(OracleScript(instances, as_text=args.text), latency=args.latency)
 
     async def serve() -> None:

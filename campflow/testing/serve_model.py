@@ -32,7 +32,7 @@ def hermes_message(text: str) -> dict[str, Any]:
     reasoning = None
     think = _THINK_RE.match(text)
     if think:
-        reasoning, text = think.group(1).strip(), text[think.end():].lstrip()
+        reasoning, text = think.group(1).strip(), text[think.end() :].lstrip()
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if reasoning:
         message["reasoning_content"] = reasoning
@@ -42,12 +42,16 @@ def hermes_message(text: str) -> dict[str, Any]:
         calls = []
         for closed, unclosed in _TOOL_CALL_RE.findall(text):
             obj = json.loads(closed or unclosed)
-            calls.append({"id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}", "type": "function",
-                          "function": {"name": obj["name"],
-                                       "arguments": json.dumps(obj["arguments"], ensure_ascii=False)}})
+            calls.append(
+                {
+                    "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
+                    "type": "function",
+                    "function": {"name": obj["name"], "arguments": json.dumps(obj["arguments"], ensure_ascii=False)},
+                }
+            )
     except (ValueError, KeyError, TypeError):  # vLLM gives the text back as content when extraction fails
         return message
-    content = text[:text.find("<tool_call>")]
+    content = text[: text.find("<tool_call>")]
     message["content"] = content if content.strip() else None
     message["tool_calls"] = calls
     return message
@@ -65,22 +69,34 @@ class ModelScript:
 
         key = (max_tokens, temperature)
         if key not in self._policies:
-            self._policies[key] = LocalPolicy(self.path, batch_size=self.batch_size, max_new_tokens=max_tokens,
-                                              temperature=temperature, seed=self.seed, device=self.device)
+            self._policies[key] = LocalPolicy(
+                self.path,
+                batch_size=self.batch_size,
+                max_new_tokens=max_tokens,
+                temperature=temperature,
+                seed=self.seed,
+                device=self.device,
+            )
         return self._policies[key]
 
     async def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         policy = self._policy(int(request.get("max_tokens") or 256), float(request.get("temperature") or 0.0))
         reply = await policy.respond(request["messages"], request.get("tools") or [], None)  # type: ignore[arg-type]
         if reply.tool_calls:  # templates whose calls the local policy parses itself (not hermes text)
-            message: dict[str, Any] = {"role": "assistant", "content": reply.content or None,
-                                       "tool_calls": reply.tool_calls}
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": reply.content or None,
+                "tool_calls": reply.tool_calls,
+            }
         else:
             message = hermes_message(reply.content or "")
         if reply.reasoning and "reasoning_content" not in message:
             message["reasoning_content"] = reply.reasoning
-        message["usage"] = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                            "total_tokens": (reply.prompt_tokens or 0) + (reply.completion_tokens or 0)}
+        message["usage"] = {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": (reply.prompt_tokens or 0) + (reply.completion_tokens or 0),
+        }
         finish = reply.finish_reason
         message["finish_reason"] = "tool_calls" if message.get("tool_calls") and finish == "stop" else finish
         return message
@@ -104,8 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     except PolicyError as exc:
         print(f"serve_model: {exc}", file=sys.stderr)
         sys.exit(1)
-    endpoint = ScriptedEndpoint(ModelScript(args.path, device=args.device, batch_size=args.batch_size),
-                                model=args.name or args.path)
+    endpoint = ScriptedEndpoint(
+        ModelScript(args.path, device=args.device, batch_size=args.batch_size), model=args.name or args.path
+    )
 
     async def serve() -> None:
         await endpoint.start_async(args.port)

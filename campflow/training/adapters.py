@@ -54,8 +54,13 @@ def peft_config(cfg: LoRAConfig) -> Any:
     """PEFT's ``LoraConfig`` for a causal LM from campflow's LoRA settings."""
     from peft import LoraConfig
 
-    return LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=cfg.target_modules,
-                      task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=cfg.target_modules,
+        task_type="CAUSAL_LM",
+    )
 
 
 def starting_model(parent: checkpoints.Checkpoint, lora: LoRAConfig | None, hardware: Hardware) -> StartingModel:
@@ -81,8 +86,15 @@ def adapter_metrics(start: StartingModel, model: Any, lora: LoRAConfig | None) -
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
     settings = lora.model_dump() if lora is not None else {}
-    return {"adapter": {"base_model_id": start.base_model_id, "base_path": start.base_path,
-                        "trainable_parameters": trainable, "total_parameters": total, **settings}}
+    return {
+        "adapter": {
+            "base_model_id": start.base_model_id,
+            "base_path": start.base_path,
+            "trainable_parameters": trainable,
+            "total_parameters": total,
+            **settings,
+        }
+    }
 
 
 def merge_adapter(adapter_path: str | Path, out: str | Path) -> Path:
@@ -94,15 +106,18 @@ def merge_adapter(adapter_path: str | Path, out: str | Path) -> Path:
     source, final = Path(adapter_path), Path(out)
     base = adapter_base(source)
     if base is None:
-        raise CampflowError(f"{source} holds no adapter (no adapter_config.json); only adapter checkpoints "
-                            "(trained with training.sft.lora or training.rl.lora) can be merged")
+        raise CampflowError(
+            f"{source} holds no adapter (no adapter_config.json); only adapter checkpoints "
+            "(trained with training.sft.lora or training.rl.lora) can be merged"
+        )
     model = load_causal_lm(source, torch.float32).merge_and_unload()
     with checkpoints.staging(final) as tmp:
         model.save_pretrained(tmp)
         AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
         meta = json.loads((source / "campflow.json").read_text()) if (source / "campflow.json").exists() else {}
-        (tmp / "campflow.json").write_text(json.dumps({"kind": "merged", "merged_from": meta.get("model_id"),
-                                                       "base_path": base}, indent=1))
+        (tmp / "campflow.json").write_text(
+            json.dumps({"kind": "merged", "merged_from": meta.get("model_id"), "base_path": base}, indent=1)
+        )
         for extra in ("generation_config.json",):
             if not (tmp / extra).exists() and (Path(base) / extra).exists():
                 shutil.copy(Path(base) / extra, tmp / extra)

@@ -22,5 +22,10 @@ def ensure_base(store: Store, cfg: CampflowConfig) -> checkpoints.Checkpoint:
     final = checkpoints.models_dir(cfg.workspace.path) / model_id
     with checkpoints.staging(final) as tmp:
         built = build_tiny_model(tmp, cfg.training.tiny, bootcamps, hardware=hardware)
-    return checkpoints.register(store, model_id, "base", final, metrics={
-        "parameters": built.parameters, "vocab_size": built.vocab_size, "fingerprint": built.fingerprint})
+    return checkpoints.register(
+        store,
+        model_id,
+        "base",
+        final,
+        metrics={"parameters": built.parameters, "vocab_size": built.vocab_size, "fingerprint": built.fingerprint},
+    )

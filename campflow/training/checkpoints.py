@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from campflow.errors import CampflowError
 from campflow.serialization import to_json
@@ -50,11 +50,19 @@ def get(store: Store, model: str) -> Checkpoint:
     rows = store.query("SELECT * FROM checkpoints WHERE model_id = ? OR path = ?", [model, str(Path(model))])
     if not rows:
         known = [r["model_id"] for r in store.query("SELECT model_id FROM checkpoints ORDER BY created_at")]
-        raise UnknownCheckpointError(f"no checkpoint {model!r}; known: {', '.join(known) or 'none yet'} "
-                                     "(build the base model with `campflow train base`)")
+        raise UnknownCheckpointError(
+            f"no checkpoint {model!r}; known: {', '.join(known) or 'none yet'} "
+            "(build the base model with `campflow train base`)"
+        )
     r = rows[0]
-    return Checkpoint(r["model_id"], r["kind"], Path(r["path"]), r["parent_model_id"], r["dataset_id"],
-                      json.loads(r["metrics"] or "{}"))
+    return Checkpoint(
+        r["model_id"],
+        r["kind"],
+        Path(r["path"]),
+        r["parent_model_id"],
+        r["dataset_id"],
+        json.loads(r["metrics"] or "{}"),
+    )
 
 
 def find(store: Store, model_id: str) -> Checkpoint | None:
@@ -66,17 +74,27 @@ def find(store: Store, model_id: str) -> Checkpoint | None:
     return ckpt if ckpt.path.exists() else None
 
 
-def register(store: Store, model_id: str, kind: str, path: Path, *, parent: str | None = None,
-             dataset_id: str | None = None, metrics: Mapping[str, Any] | None = None) -> Checkpoint:
+def register(
+    store: Store,
+    model_id: str,
+    kind: str,
+    path: Path,
+    *,
+    parent: str | None = None,
+    dataset_id: str | None = None,
+    metrics: Mapping[str, Any] | None = None,
+) -> Checkpoint:
     """Record a checkpoint (idempotent on the model id) and stamp its folder with its id."""
     meta_file = path / "campflow.json"
     meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
     meta.update({"model_id": model_id, "kind": kind, "parent_model_id": parent, "dataset_id": dataset_id})
     meta_file.write_text(json.dumps(meta, indent=1))
     with store.connection() as con:
-        con.execute("INSERT OR REPLACE INTO checkpoints (model_id, parent_model_id, kind, path, dataset_id, metrics, "
-                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [model_id, parent, kind, str(path), dataset_id, to_json(dict(metrics or {})), now()])
+        con.execute(
+            "INSERT OR REPLACE INTO checkpoints (model_id, parent_model_id, kind, path, dataset_id, metrics, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [model_id, parent, kind, str(path), dataset_id, to_json(dict(metrics or {})), now()],
+        )
     return Checkpoint(model_id, kind, path, parent, dataset_id, dict(metrics or {}))
 
 
@@ -120,8 +138,10 @@ def adopt(store: Store, path: str | Path, *, record: bool = True) -> Checkpoint:
     """Register a model folder the user brings (a ``save_pretrained`` folder) as a ``base`` checkpoint."""
     folder = Path(path)
     if not (folder / "config.json").exists():
-        raise UnknownCheckpointError(f"{folder} is not a model folder (no config.json); expected the output of "
-                                     "save_pretrained, or improve.model: embedded")
+        raise UnknownCheckpointError(
+            f"{folder} is not a model folder (no config.json); expected the output of "
+            "save_pretrained, or improve.model: embedded"
+        )
     model_id = checkpoint_id("base", str(folder.resolve()))
     existing = find(store, model_id)
     if existing is not None:
@@ -141,11 +161,14 @@ def local_model_path(store: Store | None, model: str | None) -> str:
     from campflow.errors import ConfigError
 
     if not model:
-        raise ConfigError("policy.model is required for a local policy: a model folder or a checkpoint id "
-                          "(see `campflow sql \"SELECT model_id, kind FROM checkpoints\"`)")
+        raise ConfigError(
+            "policy.model is required for a local policy: a model folder or a checkpoint id "
+            '(see `campflow sql "SELECT model_id, kind FROM checkpoints"`)'
+        )
     if Path(model).exists():
         return model
     if store is None:
-        raise ConfigError(f"policy.model {model!r} is not a model folder, and there is no store to look it "
-                          "up in as a checkpoint id")
+        raise ConfigError(
+            f"policy.model {model!r} is not a model folder, and there is no store to look it up in as a checkpoint id"
+        )
     return str(get(store, model).path)

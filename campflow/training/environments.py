@@ -42,7 +42,9 @@ class BootcampEnvironment:
         """Start an episode of the row's instance; returns its user prompt (appended to the row's prompt)."""
         params, seed = row.get("params"), row.get("seed")
         if params is None or seed is None:
-            raise ValueError(f"a {self.bootcamp.name} training row needs `params` and `seed` columns, got {sorted(row)}")
+            raise ValueError(
+                f"a {self.bootcamp.name} training row needs `params` and `seed` columns, got {sorted(row)}"
+            )
         self.instance = self.bootcamp.generate(json.loads(params) if isinstance(params, str) else params, int(seed))
         if row.get("instance_id") and row["instance_id"] != self.instance.id:
             raise ValueError(f"row instance {row['instance_id']} regenerated as {self.instance.id}")
@@ -82,13 +84,16 @@ def _tool_method(tool: Tool) -> Callable[..., str]:
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for name, field in fields.items():
         default = inspect.Parameter.empty if field.is_required() else field.default
-        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                        annotation=field.annotation))
+        params.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=field.annotation)
+        )
     method.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     method.__annotations__ = {name: field.annotation for name, field in fields.items()}
     doc = tool.description
     if fields:
-        doc += "\n\nArgs:\n" + "\n".join(f"    {n}: {' '.join((f.description or n).split())}" for n, f in fields.items())
+        doc += "\n\nArgs:\n" + "\n".join(
+            f"    {n}: {' '.join((f.description or n).split())}" for n, f in fields.items()
+        )
     method.__doc__ = doc
     method.__name__ = method.__qualname__ = tool.name
     return method

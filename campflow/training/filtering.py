@@ -65,16 +65,21 @@ def candidate_episodes(store: Store, run_ids: Sequence[str]) -> list[dict[str, A
     """Episodes of ``run_ids`` with their instance's split, seed and params (None when unrecorded)."""
     if not run_ids:
         raise CampflowError("no source runs given; pass the ids of collect or evaluate runs")
-    known = {r["run_id"] for r in store.query(
-        f"SELECT run_id FROM runs WHERE run_id IN ({', '.join('?' for _ in run_ids)})", list(run_ids))}
+    known = {
+        r["run_id"]
+        for r in store.query(
+            f"SELECT run_id FROM runs WHERE run_id IN ({', '.join('?' for _ in run_ids)})", list(run_ids)
+        )
+    }
     missing = [r for r in run_ids if r not in known]
     if missing:
         raise CampflowError(f"unknown run id {missing[0]!r}; `campflow runs` lists the runs")
     return store.query(_EPISODES_SQL.format(marks=", ".join("?" for _ in run_ids)), list(run_ids))
 
 
-def select(rows: Sequence[dict[str, Any]], cfg: FilterConfig, eval_ids: set[str],
-           probe_ids: set[str] = frozenset()) -> tuple[list[dict], Counter]:
+def select(
+    rows: Sequence[dict[str, Any]], cfg: FilterConfig, eval_ids: set[str], probe_ids: set[str] = frozenset()
+) -> tuple[list[dict], Counter]:
     """Apply the filter; returns the kept rows (with their parsed transcript) and drop counts by reason."""
     dropped: Counter = Counter()
     kept: list[dict[str, Any]] = []
@@ -86,7 +91,9 @@ def select(rows: Sequence[dict[str, Any]], cfg: FilterConfig, eval_ids: set[str]
             key = (row["instance_id"], action_sequence(transcript))
             if cfg.dedupe and key in seen:
                 reason = "duplicate"
-            elif cfg.max_chars is not None and sum(len(str(m.get("content") or "")) for m in transcript) > cfg.max_chars:
+            elif (
+                cfg.max_chars is not None and sum(len(str(m.get("content") or "")) for m in transcript) > cfg.max_chars
+            ):
                 reason = "too_long"
             else:
                 try:
@@ -151,8 +158,15 @@ def _from_oracle(row: dict[str, Any]) -> bool:
     return model_id in ("oracle", "demonstrator") or model_id.startswith("noisy(")
 
 
-def build_sft_dataset(store: Store, workspace: Path, run_ids: Sequence[str], cfg: FilterConfig, *,
-                      thinking: bool = False, exclude_oracle: bool = False) -> DatasetBuild:
+def build_sft_dataset(
+    store: Store,
+    workspace: Path,
+    run_ids: Sequence[str],
+    cfg: FilterConfig,
+    *,
+    thinking: bool = False,
+    exclude_oracle: bool = False,
+) -> DatasetBuild:
     """Filter the episodes of ``run_ids`` into an SFT dataset, save it and record it in ``datasets``.
 
     Each row says which ``teacher`` wrote it (the episode's model id: ``demonstrator`` for the oracle teacher, a checkpoint, an endpoint
@@ -168,8 +182,9 @@ def build_sft_dataset(store: Store, workspace: Path, run_ids: Sequence[str], cfg
         candidates = [r for r in candidates if not _from_oracle(r)]
     kept, dropped = select(candidates, cfg, eval_ids, probe_ids)
     if not kept:
-        raise EmptyDatasetError(f"no episode of run(s) {', '.join(run_ids)} passed the filter "
-                                f"(dropped: {dict(dropped) or 'none found'})")
+        raise EmptyDatasetError(
+            f"no episode of run(s) {', '.join(run_ids)} passed the filter (dropped: {dict(dropped) or 'none found'})"
+        )
     assert_not_held_out((r["instance_id"] for r in kept), eval_ids, probe_ids, what="the SFT dataset")
     ds_id = dataset_id("sft" if not thinking else "sft-thinking", [r["episode_id"] for r in kept], cfg)
     path = workspace / "datasets" / ds_id
@@ -177,16 +192,33 @@ def build_sft_dataset(store: Store, workspace: Path, run_ids: Sequence[str], cfg
     existing = store.query("SELECT path FROM datasets WHERE dataset_id = ?", [ds_id])
     if existing and Path(existing[0]["path"]).exists():
         return DatasetBuild(ds_id, "sft", path, len(kept), per_bootcamp, dict(dropped), reused=True)
-    rows = [{"messages": r["messages"], "tools": json.dumps(_tools(r)), "episode_id": r["episode_id"],
-             "instance_id": r["instance_id"], "bootcamp": r["bootcamp"], "level": r["level"] or 0,
-             "reward": float(r["reward"]), "teacher": str(r["model_id"]),
-             "oracle_no_reasoning": thinking and _from_oracle(r)} for r in kept]
-    features = datasets.Features({
-        "messages": datasets.List(datasets.Json()), "tools": datasets.Value("string"),
-        "episode_id": datasets.Value("string"), "instance_id": datasets.Value("string"),
-        "bootcamp": datasets.Value("string"), "level": datasets.Value("int32"), "reward": datasets.Value("float64"),
-        "teacher": datasets.Value("string"), "oracle_no_reasoning": datasets.Value("bool"),
-    })
+    rows = [
+        {
+            "messages": r["messages"],
+            "tools": json.dumps(_tools(r)),
+            "episode_id": r["episode_id"],
+            "instance_id": r["instance_id"],
+            "bootcamp": r["bootcamp"],
+            "level": r["level"] or 0,
+            "reward": float(r["reward"]),
+            "teacher": str(r["model_id"]),
+            "oracle_no_reasoning": thinking and _from_oracle(r),
+        }
+        for r in kept
+    ]
+    features = datasets.Features(
+        {
+            "messages": datasets.List(datasets.Json()),
+            "tools": datasets.Value("string"),
+            "episode_id": datasets.Value("string"),
+            "instance_id": datasets.Value("string"),
+            "bootcamp": datasets.Value("string"),
+            "level": datasets.Value("int32"),
+            "reward": datasets.Value("float64"),
+            "teacher": datasets.Value("string"),
+            "oracle_no_reasoning": datasets.Value("bool"),
+        }
+    )
     if not path.exists():  # the id is a content hash: an existing folder already holds these rows
         tmp = path.with_name(path.name + ".partial")
         if tmp.exists():
@@ -201,18 +233,37 @@ def _tools(row: dict[str, Any]) -> list[dict[str, Any]]:
     bootcamp = registry.make(row["bootcamp"])
     instance = bootcamp.generate(json.loads(row["params"]), int(row["seed"]))
     if instance.id != row["instance_id"]:
-        raise CampflowError(f"{row['bootcamp']} instance {row['instance_id']} no longer regenerates "
-                            f"(now {instance.id}); the bootcamp changed without a version bump")
+        raise CampflowError(
+            f"{row['bootcamp']} instance {row['instance_id']} no longer regenerates "
+            f"(now {instance.id}); the bootcamp changed without a version bump"
+        )
     return bootcamp.tool_schemas(instance)
 
 
-def _record(store: Store, ds_id: str, kind: str, path: Path, rows: int, cfg: FilterConfig,
-            run_ids: Sequence[str], dropped: Counter) -> None:
+def _record(
+    store: Store,
+    ds_id: str,
+    kind: str,
+    path: Path,
+    rows: int,
+    cfg: FilterConfig,
+    run_ids: Sequence[str],
+    dropped: Counter,
+) -> None:
     with store.connection() as con:
-        con.execute("INSERT OR REPLACE INTO datasets (dataset_id, kind, path, rows, filter, source_runs, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [ds_id, kind, str(path), rows, to_json({**cfg.model_dump(mode="json"), "dropped": dict(dropped)}),
-                     list(run_ids), now()])
+        con.execute(
+            "INSERT OR REPLACE INTO datasets (dataset_id, kind, path, rows, filter, source_runs, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                ds_id,
+                kind,
+                str(path),
+                rows,
+                to_json({**cfg.model_dump(mode="json"), "dropped": dict(dropped)}),
+                list(run_ids),
+                now(),
+            ],
+        )
 
 
 def export_verl(store: Store, run_ids: Sequence[str], cfg: FilterConfig, out: Path) -> DatasetBuild:
@@ -233,22 +284,37 @@ def export_verl(store: Store, run_ids: Sequence[str], cfg: FilterConfig, out: Pa
     for index, (iid, r) in enumerate(sorted(instances.items())):
         bootcamp = registry.make(r["bootcamp"])
         instance = bootcamp.generate(json.loads(r["params"]), int(r["seed"]))
-        identity = {"bootcamp": r["bootcamp"], "version": instance.version, "params": json.loads(r["params"]),
-                    "seed": int(r["seed"]), "instance_id": iid}
-        records.append({
-            "data_source": f"campflow/{r['bootcamp']}",
-            "prompt": [{"role": m["role"], "content": template_messages([m])[0]["content"]}
-                       for m in bootcamp.prompt(instance)],
-            "ability": "agentic-tool-use",
-            "reward_model": {"style": "rule", "ground_truth": json.dumps(identity, sort_keys=True)},
-            "extra_info": {"index": index, "split": "train", "instance_id": iid, "bootcamp": r["bootcamp"],
-                           "tools": json.dumps(bootcamp.tool_schemas(instance))},
-        })
+        identity = {
+            "bootcamp": r["bootcamp"],
+            "version": instance.version,
+            "params": json.loads(r["params"]),
+            "seed": int(r["seed"]),
+            "instance_id": iid,
+        }
+        records.append(
+            {
+                "data_source": f"campflow/{r['bootcamp']}",
+                "prompt": [
+                    {"role": m["role"], "content": template_messages([m])[0]["content"]}
+                    for m in bootcamp.prompt(instance)
+                ],
+                "ability": "agentic-tool-use",
+                "reward_model": {"style": "rule", "ground_truth": json.dumps(identity, sort_keys=True)},
+                "extra_info": {
+                    "index": index,
+                    "split": "train",
+                    "instance_id": iid,
+                    "bootcamp": r["bootcamp"],
+                    "tools": json.dumps(bootcamp.tool_schemas(instance)),
+                },
+            }
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     pq.write_table(pa.Table.from_pylist(records), tmp)
     tmp.replace(out)
     ds_id = dataset_id("rl", sorted(instances), cfg)
     _record(store, ds_id, "rl", out, len(records), cfg, run_ids, dropped)
-    return DatasetBuild(ds_id, "rl", out, len(records), dict(Counter(r["bootcamp"] for r in instances.values())),
-                        dict(dropped))
+    return DatasetBuild(
+        ds_id, "rl", out, len(records), dict(Counter(r["bootcamp"] for r in instances.values())), dict(dropped)
+    )

@@ -32,18 +32,26 @@ from campflow.training.distributed import is_main_process, processes
 from campflow.training.environments import environment_factories
 from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet
 from campflow.training.templates import check_rl_template
-from campflow.training.tracking import trainer_dir, tracking_args
+from campflow.training.tracking import tracking_args, trainer_dir
 
 
-def rl_instances(store: Store, bootcamps: list[str], per_bootcamp: int, seed: int,
-                 levels: list[int] | dict[str, list[int]] | None = None) -> list[Instance]:
+def rl_instances(
+    store: Store,
+    bootcamps: list[str],
+    per_bootcamp: int,
+    seed: int,
+    levels: list[int] | dict[str, list[int]] | None = None,
+) -> list[Instance]:
     """Train-split instances: synthesized variants from the store first, then generated ones at
     ``levels`` (one list for every bootcamp, or a list per bootcamp)."""
     out: list[Instance] = []
     for name in bootcamps:
         bootcamp = registry.make(name)
-        rows = store.query("SELECT instance_id, params, seed FROM instances WHERE bootcamp = ? AND split = 'train' "
-                           "AND origin = 'synthesized' ORDER BY instance_id LIMIT ?", [name, per_bootcamp])
+        rows = store.query(
+            "SELECT instance_id, params, seed FROM instances WHERE bootcamp = ? AND split = 'train' "
+            "AND origin = 'synthesized' ORDER BY instance_id LIMIT ?",
+            [name, per_bootcamp],
+        )
         chosen = [bootcamp.generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
         mine = levels.get(name) if isinstance(levels, dict) else levels
         lv = [lvl for lvl in (mine or sorted(bootcamp.levels)) if lvl in bootcamp.levels]
@@ -57,36 +65,65 @@ def rl_rows(instances: list[Instance]) -> list[dict[str, Any]]:
     rows = []
     for inst in instances:
         system = registry.make(inst.bootcamp).prompt(inst)[0]
-        rows.append({"prompt": [system, {"role": "user", "content": ""}], "environment": inst.bootcamp,
-                     "params": json.dumps(inst.params.model_dump(mode="json")), "seed": inst.seed,
-                     "instance_id": inst.id})
+        rows.append(
+            {
+                "prompt": [system, {"role": "user", "content": ""}],
+                "environment": inst.bootcamp,
+                "params": json.dumps(inst.params.model_dump(mode="json")),
+                "seed": inst.seed,
+                "instance_id": inst.id,
+            }
+        )
     return rows
 
 
-def grpo_arguments(cfg: RLConfig, hardware: Hardware, output_dir: Path, *, report_to: Sequence[str] = (),
-                   run_name: str | None = None) -> Any:
+def grpo_arguments(
+    cfg: RLConfig, hardware: Hardware, output_dir: Path, *, report_to: Sequence[str] = (), run_name: str | None = None
+) -> Any:
     """TRL's ``GRPOConfig`` as campflow trains with it: ``cfg``'s group, schedule and scale options
     (vLLM, per-device batch, accumulation), ``hardware``'s device and precision, trackers ``report_to``."""
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=str(output_dir), max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+        output_dir=str(output_dir),
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
         per_device_train_batch_size=cfg.per_device_batch_size or cfg.num_generations * cfg.prompts_per_step,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        num_generations=cfg.num_generations, max_completion_length=cfg.max_completion_length,
-        max_tool_calling_iterations=cfg.max_tool_calling_iterations, temperature=cfg.temperature,
-        beta=cfg.beta, logging_steps=1, save_strategy="no",
-        use_vllm=cfg.use_vllm, vllm_mode=cfg.vllm_mode, vllm_server_base_url=cfg.vllm_server_base_url,
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        max_tool_calling_iterations=cfg.max_tool_calling_iterations,
+        temperature=cfg.temperature,
+        beta=cfg.beta,
+        logging_steps=1,
+        save_strategy="no",
+        use_vllm=cfg.use_vllm,
+        vllm_mode=cfg.vllm_mode,
+        vllm_server_base_url=cfg.vllm_server_base_url,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-        seed=cfg.seed, data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
-        remove_unused_columns=False, **hardware.trainer_args, **tracking_args(report_to, run_name or "campflow-rl"),
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        **hardware.trainer_args,
+        **tracking_args(report_to, run_name or "campflow-rl"),
         **checkpointing_arg(GRPOConfig, cfg.gradient_checkpointing),
     )
 
 
-def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg: RLConfig,
-             levels: list[int] | dict[str, list[int]] | None = None, *, hardware: Hardware | None = None,
-             report_to: Sequence[str] = (), instances: Sequence[Instance] | None = None) -> TrainResult:
+def train_rl(
+    store: Store,
+    workspace: Path,
+    base: str,
+    bootcamps: list[str],
+    cfg: RLConfig,
+    levels: list[int] | dict[str, list[int]] | None = None,
+    *,
+    hardware: Hardware | None = None,
+    report_to: Sequence[str] = (),
+    instances: Sequence[Instance] | None = None,
+) -> TrainResult:
     """GRPO from checkpoint ``base`` (an id, a registered path, or a model folder) on ``bootcamps``;
     returns the registered ``rl`` checkpoint. ``instances`` are the prompts (e.g. the model's learnable
     band); None draws them with :func:`rl_instances`. ``hardware`` and ``report_to`` as for :func:`train_sft`;
@@ -99,8 +136,16 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
         assert_not_held_out((i.id for i in instances), store.eval_ids(), store.probe_ids(), what="the RL training set")
     parent = checkpoints.resolve(store, base, record=main)
     chosen = sorted(i.id for i in instances) if instances is not None else None
-    model_id = checkpoints.checkpoint_id("rl", parent.model_id, sorted(bootcamps), levels, cfg.model_dump(),
-                                         hardware.precision, *processes(), *([chosen] if chosen else []))
+    model_id = checkpoints.checkpoint_id(
+        "rl",
+        parent.model_id,
+        sorted(bootcamps),
+        levels,
+        cfg.model_dump(),
+        hardware.precision,
+        *processes(),
+        *([chosen] if chosen else []),
+    )
     existing = checkpoints.find(store, model_id)
     if existing is not None:
         return TrainResult(existing, existing.metrics, reused=True)
@@ -123,22 +168,37 @@ def train_rl(store: Store, workspace: Path, base: str, bootcamps: list[str], cfg
     start = starting_model(parent, cfg.lora, hardware)
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main) as out:
-        args = grpo_arguments(cfg, hardware, trainer_dir(workspace, out, model_id, report_to),
-                              report_to=report_to, run_name=model_id)
-        trainer = quiet(GRPOTrainer(model=start.model, args=args, train_dataset=train, processing_class=tokenizer,
-                                    environment_factory=environment_factories(bootcamps),
-                                    peft_config=start.peft_config, callbacks=[progress_callback("rl", "RL")]))
+        args = grpo_arguments(
+            cfg, hardware, trainer_dir(workspace, out, model_id, report_to), report_to=report_to, run_name=model_id
+        )
+        trainer = quiet(
+            GRPOTrainer(
+                model=start.model,
+                args=args,
+                train_dataset=train,
+                processing_class=tokenizer,
+                environment_factory=environment_factories(bootcamps),
+                peft_config=start.peft_config,
+                callbacks=[progress_callback("rl", "RL")],
+            )
+        )
         started = time.perf_counter()
         trainer.train()
         elapsed = time.perf_counter() - started
         trainer.save_model(str(out))  # every process: gathers sharded weights; only the main one writes
         history = trainer.state.log_history
         rewards = [(h["step"], h["reward"]) for h in history if "reward" in h]
-        metrics = {"steps": trainer.state.global_step, "seconds": round(elapsed, 1), "reward_curve": rewards,
-                   "first_reward": rewards[0][1] if rewards else None,
-                   "last_reward": rewards[-1][1] if rewards else None, "instances": len(instances),
-                   "device": hardware.kind, "precision": hardware.precision,
-                   **adapter_metrics(start, trainer.model, cfg.lora)}
+        metrics = {
+            "steps": trainer.state.global_step,
+            "seconds": round(elapsed, 1),
+            "reward_curve": rewards,
+            "first_reward": rewards[0][1] if rewards else None,
+            "last_reward": rewards[-1][1] if rewards else None,
+            "instances": len(instances),
+            "device": hardware.kind,
+            "precision": hardware.precision,
+            **adapter_metrics(start, trainer.model, cfg.lora),
+        }
         if not main:
             return TrainResult(checkpoints.Checkpoint(model_id, "rl", final, parent.model_id, None, metrics), metrics)
         tokenizer.save_pretrained(str(out))

@@ -28,7 +28,7 @@ from campflow.training import checkpoints
 from campflow.training.adapters import adapter_metrics, starting_model
 from campflow.training.distributed import is_main_process, processes
 from campflow.training.templates import check_sft_template
-from campflow.training.tracking import trainer_dir, tracking_args
+from campflow.training.tracking import tracking_args, trainer_dir
 
 
 @dataclass
@@ -105,34 +105,60 @@ def sft_trainer(fused_loss: bool, **kwargs: Any) -> Any:
             if fused_loss:
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             inputs["use_cache"] = False
-            return Trainer.compute_loss(self, model, inputs, return_outputs=return_outputs,
-                                        num_items_in_batch=num_items_in_batch)
+            return Trainer.compute_loss(
+                self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
 
     return CountingSFTTrainer(**kwargs)
 
 
-def sft_arguments(cfg: SFTConfig, hardware: Hardware, output_dir: Path, max_length: int, *,
-                  report_to: Sequence[str] = (), run_name: str | None = None) -> Any:
+def sft_arguments(
+    cfg: SFTConfig,
+    hardware: Hardware,
+    output_dir: Path,
+    max_length: int,
+    *,
+    report_to: Sequence[str] = (),
+    run_name: str | None = None,
+) -> Any:
     """TRL's ``SFTConfig`` as campflow trains with it: ``cfg``'s schedule, ``hardware``'s device and
     precision, assistant-only loss, no intermediate saves, trackers ``report_to``."""
     from trl import SFTConfig as TRLSFTConfig
 
     return TRLSFTConfig(
-        output_dir=str(output_dir), max_steps=cfg.max_steps, per_device_train_batch_size=cfg.batch_size,
+        output_dir=str(output_dir),
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        learning_rate=cfg.learning_rate, lr_scheduler_type="cosine",
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="cosine",
         warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
-        weight_decay=0.0, logging_steps=max(1, cfg.max_steps // 40), save_strategy="no",
-        assistant_only_loss=True, max_length=max_length, seed=cfg.seed,
-        data_seed=cfg.seed, disable_tqdm=True, dataloader_num_workers=0,
-        **hardware.trainer_args, **tracking_args(report_to, run_name or "campflow-sft"),
+        weight_decay=0.0,
+        logging_steps=max(1, cfg.max_steps // 40),
+        save_strategy="no",
+        assistant_only_loss=True,
+        max_length=max_length,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        **hardware.trainer_args,
+        **tracking_args(report_to, run_name or "campflow-sft"),
         **checkpointing_arg(TRLSFTConfig, cfg.gradient_checkpointing),
     )
 
 
-def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SFTConfig,
-              max_length: int | None = None, *, hardware: Hardware | None = None,
-              report_to: Sequence[str] = ()) -> TrainResult:
+def train_sft(
+    store: Store,
+    workspace: Path,
+    base: str,
+    dataset_id: str,
+    cfg: SFTConfig,
+    max_length: int | None = None,
+    *,
+    hardware: Hardware | None = None,
+    report_to: Sequence[str] = (),
+) -> TrainResult:
     """Fine-tune checkpoint ``base`` (an id, a registered path, or a model folder) on SFT dataset
     ``dataset_id``; returns the registered checkpoint.
 
@@ -147,8 +173,9 @@ def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SF
     rows = store.query("SELECT path, kind FROM datasets WHERE dataset_id = ?", [dataset_id])
     if not rows or rows[0]["kind"] != "sft":
         raise CampflowError(f"no SFT dataset {dataset_id!r}; build one with `campflow dataset build`")
-    model_id = checkpoints.checkpoint_id("sft", parent.model_id, dataset_id, cfg.model_dump(), max_length,
-                                         hardware.precision, *processes())
+    model_id = checkpoints.checkpoint_id(
+        "sft", parent.model_id, dataset_id, cfg.model_dump(), max_length, hardware.precision, *processes()
+    )
     existing = checkpoints.find(store, model_id)
     if existing is not None:
         return TrainResult(existing, existing.metrics, reused=True)
@@ -165,27 +192,50 @@ def train_sft(store: Store, workspace: Path, base: str, dataset_id: str, cfg: SF
     max_length = max_length or start.model.config.max_position_embeddings
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main) as out:
-        args = sft_arguments(cfg, hardware, trainer_dir(workspace, out, model_id, report_to), max_length,
-                             report_to=report_to, run_name=model_id)
-        trainer = quiet(sft_trainer(cfg.fused_loss, model=start.model, args=args, train_dataset=train,
-                                    processing_class=tokenizer, peft_config=start.peft_config,
-                                    callbacks=[progress_callback("sft", "SFT")]))
+        args = sft_arguments(
+            cfg,
+            hardware,
+            trainer_dir(workspace, out, model_id, report_to),
+            max_length,
+            report_to=report_to,
+            run_name=model_id,
+        )
+        trainer = quiet(
+            sft_trainer(
+                cfg.fused_loss,
+                model=start.model,
+                args=args,
+                train_dataset=train,
+                processing_class=tokenizer,
+                peft_config=start.peft_config,
+                callbacks=[progress_callback("sft", "SFT")],
+            )
+        )
         started = time.perf_counter()
         result = trainer.train()
         elapsed = time.perf_counter() - started
         trainer.save_model(str(out))  # every process: gathers sharded weights; only the main one writes
         losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
         tokens = trainer.tokens_seen
-        metrics = {"train_loss": result.training_loss, "final_loss": losses[-1][1] if losses else None,
-                   "steps": trainer.state.global_step, "seconds": round(elapsed, 1), "examples": len(train),
-                   "tokens_per_second": round(tokens / elapsed, 1) if tokens else None, "loss_curve": losses,
-                   "device": hardware.kind, "precision": hardware.precision,
-                   **adapter_metrics(start, trainer.model, cfg.lora)}
+        metrics = {
+            "train_loss": result.training_loss,
+            "final_loss": losses[-1][1] if losses else None,
+            "steps": trainer.state.global_step,
+            "seconds": round(elapsed, 1),
+            "examples": len(train),
+            "tokens_per_second": round(tokens / elapsed, 1) if tokens else None,
+            "loss_curve": losses,
+            "device": hardware.kind,
+            "precision": hardware.precision,
+            **adapter_metrics(start, trainer.model, cfg.lora),
+        }
         if not main:
-            return TrainResult(checkpoints.Checkpoint(model_id, "sft", final, parent.model_id, dataset_id, metrics),
-                               metrics)
+            return TrainResult(
+                checkpoints.Checkpoint(model_id, "sft", final, parent.model_id, dataset_id, metrics), metrics
+            )
         tokenizer.save_pretrained(str(out))
         shutil.rmtree(out / "trainer", ignore_errors=True)
-    ckpt = checkpoints.register(store, model_id, "sft", final, parent=parent.model_id, dataset_id=dataset_id,
-                                metrics=metrics)
+    ckpt = checkpoints.register(
+        store, model_id, "sft", final, parent=parent.model_id, dataset_id=dataset_id, metrics=metrics
+    )
     return TrainResult(ckpt, metrics)

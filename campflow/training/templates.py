@@ -35,7 +35,8 @@ def check_sft_template(tokenizer: Any, path: str | Path) -> None:
         raise UnsupportedTemplateError(
             f"{path}: TRL has no training version of this chat template (assistant-only loss needs "
             "{% generation %} markers); use a model whose template TRL ships (Qwen2.5, Qwen3, Llama 3, ...) or "
-            "add the markers to chat_template.jinja") from None
+            "add the markers to chat_template.jinja"
+        ) from None
 
 
 def check_rl_template(tokenizer: Any, path: str | Path) -> None:
@@ -44,8 +45,10 @@ def check_rl_template(tokenizer: Any, path: str | Path) -> None:
     from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
     if not supports_tool_calling(tokenizer):
-        raise UnsupportedTemplateError(f"{path}: the chat template cannot render tool calls and tool results, "
-                                       "which RL with bootcamps as environments needs")
+        raise UnsupportedTemplateError(
+            f"{path}: the chat template cannot render tool calls and tool results, "
+            "which RL with bootcamps as environments needs"
+        )
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         try:
             add_response_schema(tokenizer)
@@ -53,4 +56,5 @@ def check_rl_template(tokenizer: Any, path: str | Path) -> None:
             raise UnsupportedTemplateError(
                 f"{path}: TRL has no response parser for this chat template, so GRPO cannot read the model's "
                 "tool calls; use a template TRL knows (Qwen2.5, Qwen3, Llama 3.1/3.2, ...) or set the tokenizer's "
-                "response_template") from None
+                "response_template"
+            ) from None

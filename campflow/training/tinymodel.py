@@ -32,8 +32,16 @@ from campflow.hardware import Hardware, resolve_hardware
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Added as ordinary tokens (as Qwen2.5 does) so they survive decoding with skip_special_tokens.
-TAG_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>",
-              "<tools>", "</tools>"]
+TAG_TOKENS = [
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<tools>",
+    "</tools>",
+]
 
 
 @dataclass(frozen=True)
@@ -59,11 +67,11 @@ def corpus(bootcamps: Sequence[str], per_level: int, seed: int, template_name: s
     demonstrations SFT trains on (observing calls included), so the tokenizer covers that text."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
+    from campflow.agents.chat import template_messages
     from campflow.agents.oracle import DemonstratorPolicy
     from campflow.bootcamps import registry
     from campflow.bootcamps.splits import train_instances
     from campflow.rollout.engine import EpisodeSpec, run_episodes
-    from campflow.agents.chat import template_messages
 
     template = chat_template(template_name)
     for name in bootcamps:
@@ -71,8 +79,9 @@ def corpus(bootcamps: Sequence[str], per_level: int, seed: int, template_name: s
         instances = train_instances(bootcamp, per_level * len(bootcamp.levels), seed=seed)
         episodes = asyncio.run(run_episodes([EpisodeSpec(bootcamp, i) for i in instances], DemonstratorPolicy()))
         for instance, episode in zip(instances, episodes):
-            rendered = render_jinja_template([template_messages(episode.transcript)],
-                                             tools=bootcamp.tool_schemas(instance), chat_template=template)
+            rendered = render_jinja_template(
+                [template_messages(episode.transcript)], tools=bootcamp.tool_schemas(instance), chat_template=template
+            )
             yield rendered[0][0] if isinstance(rendered, tuple) else rendered[0]
 
 
@@ -82,19 +91,33 @@ def build_tokenizer(texts: Sequence[str], vocab_size: int, template_name: str = 
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(pattern="|".join(_escape(t) for t in SPECIAL_TOKENS + TAG_TOKENS), behavior="isolated"),
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(
+                pattern="|".join(_escape(t) for t in SPECIAL_TOKENS + TAG_TOKENS), behavior="isolated"
+            ),
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS + TAG_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), min_frequency=2,
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS + TAG_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=2,
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                        additional_special_tokens=["<|im_start|>"], model_max_length=4096,
-                                        padding_side="left", clean_up_tokenization_spaces=False)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        model_max_length=4096,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
     tokenizer.add_tokens(TAG_TOKENS, special_tokens=False)
     tokenizer.chat_template = chat_template(template_name)
     return tokenizer
@@ -106,8 +129,14 @@ def _escape(token: str) -> str:
     return re.escape(token)
 
 
-def build_tiny_model(out: Path, cfg: TinyModelConfig, bootcamps: Sequence[str], *,
-                     texts: Sequence[str] | None = None, hardware: Hardware | None = None) -> BuiltModel:
+def build_tiny_model(
+    out: Path,
+    cfg: TinyModelConfig,
+    bootcamps: Sequence[str],
+    *,
+    texts: Sequence[str] | None = None,
+    hardware: Hardware | None = None,
+) -> BuiltModel:
     """Build the tokenizer and a freshly initialized model for ``bootcamps`` and save both to ``out``.
 
     ``texts`` replaces the bootcamps' corpus for the tokenizer; ``hardware`` sets the saved precision
@@ -117,28 +146,40 @@ def build_tiny_model(out: Path, cfg: TinyModelConfig, bootcamps: Sequence[str], 
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     hardware = hardware or resolve_hardware("cpu", "fp32")
-    texts = list(texts) if texts is not None else list(corpus(bootcamps, cfg.corpus_per_level, cfg.seed,
-                                                                cfg.chat_template))
+    texts = (
+        list(texts) if texts is not None else list(corpus(bootcamps, cfg.corpus_per_level, cfg.seed, cfg.chat_template))
+    )
     tokenizer = build_tokenizer(texts, cfg.vocab_size, cfg.chat_template)
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.hidden_size // cfg.heads, max_position_embeddings=cfg.max_positions, tie_word_embeddings=True,
-        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        rope_theta=10000.0, dtype="float32",
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.hidden_size // cfg.heads,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        rope_theta=10000.0,
+        dtype="float32",
     )
     torch.manual_seed(cfg.seed)
     model = Qwen3ForCausalLM(config)
     if hardware.dtype != "float32":
         model = model.to(hardware.torch_dtype())
         model.config.dtype = hardware.dtype
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id, do_sample=False)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False
+    )
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "campflow.json").write_text(json.dumps({"kind": "base", "bootcamps": list(bootcamps),
-                                                   "tiny_model": cfg.model_dump()}, indent=1))
+    (out / "campflow.json").write_text(
+        json.dumps({"kind": "base", "bootcamps": list(bootcamps), "tiny_model": cfg.model_dump()}, indent=1)
+    )
     return BuiltModel(out, sum(p.numel() for p in model.parameters()), len(tokenizer), fingerprint(out))
 
 

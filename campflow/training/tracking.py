@@ -30,8 +30,10 @@ def tracking_args(report_to: Sequence[str], run_name: str) -> dict[str, Any]:
 
         for name in names:
             if name not in INTEGRATION_TO_CALLBACK:
-                raise ConfigError(f"training.report_to: {name!r} is not a tracker transformers knows; expected "
-                                  f"some of {', '.join(sorted(INTEGRATION_TO_CALLBACK))}")
+                raise ConfigError(
+                    f"training.report_to: {name!r} is not a tracker transformers knows; expected "
+                    f"some of {', '.join(sorted(INTEGRATION_TO_CALLBACK))}"
+                )
             if name not in get_available_reporting_integrations():
                 raise ConfigError(f"training.report_to: {name!r} is not installed here (pip install {name})")
     return {"report_to": names, "run_name": run_name}

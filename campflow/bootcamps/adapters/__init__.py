@@ -61,7 +61,10 @@ ADAPTERS: dict[str, str] = {
 
 #: name prefix of each adapter's default bootcamp names (``rg-basic_arithmetic``, ``gym-Taxi-v4``)
 NAME_PREFIX: dict[str, str] = {
-    "reasoning-gym": "rg", "gymnasium": "gym", "function-calling": "fc", "internbootcamp": "ib",
+    "reasoning-gym": "rg",
+    "gymnasium": "gym",
+    "function-calling": "fc",
+    "internbootcamp": "ib",
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
@@ -87,8 +90,9 @@ class ImportSpec(BaseModel):
     @classmethod
     def _valid_name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
-            raise ValueError(f"bootcamp name {v!r} must be 1-100 letters, digits, '_', '-' or '.', "
-                             "starting with a letter or digit")
+            raise ValueError(
+                f"bootcamp name {v!r} must be 1-100 letters, digits, '_', '-' or '.', starting with a letter or digit"
+            )
         return v
 
 
@@ -134,8 +138,7 @@ def build_bootcamp(spec: Mapping[str, Any] | ImportSpec) -> Bootcamp:
 
 def register_import(spec: ImportSpec, *, replace: bool = False) -> None:
     """Put ``spec`` in the registry with ``origin="imported"``; nothing is built until ``make``."""
-    registry.register(spec.name, _BUILD_TARGET, kwargs={"spec": _spec_key(spec)},
-                      origin="imported", replace=replace)
+    registry.register(spec.name, _BUILD_TARGET, kwargs={"spec": _spec_key(spec)}, origin="imported", replace=replace)
 
 
 def ensure_registered(specs: Sequence[ImportSpec] | None) -> None:
@@ -154,8 +157,11 @@ def ensure_registered(specs: Sequence[ImportSpec] | None) -> None:
 
 def registered_imports() -> list[ImportSpec]:
     """The specs of every imported bootcamp in this process's registry (to ship to rollout workers)."""
-    return [ImportSpec.model_validate(e.kwargs["spec"]) for e in registry.entries()
-            if e.origin == "imported" and "spec" in e.kwargs]
+    return [
+        ImportSpec.model_validate(e.kwargs["spec"])
+        for e in registry.entries()
+        if e.origin == "imported" and "spec" in e.kwargs
+    ]
 
 
 def _spec_key(spec: ImportSpec) -> dict[str, Any]:

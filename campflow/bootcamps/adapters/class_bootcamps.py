@@ -76,46 +76,65 @@ def build(spec: ImportSpec) -> Bootcamp:
     cls = load_class(spec.source)
     missing = [m for m in REQUIRED if not callable(getattr(cls, m, None))]
     if missing:
-        raise ImportSourceError(f"{spec.source} has no {missing[0]}(); an InternBootcamp-style class needs "
-                                f"{', '.join(REQUIRED)}")
+        raise ImportSourceError(
+            f"{spec.source} has no {missing[0]}(); an InternBootcamp-style class needs {', '.join(REQUIRED)}"
+        )
     options = dict(spec.options)
     presets = options.pop(LEVELS_OPTION, None)
     bound = options.pop(BOUND_OPTION, None)
     if presets is not None and not (isinstance(presets, list) and all(isinstance(p, dict) for p in presets)):
-        raise ImportSourceError(f"option {LEVELS_OPTION} of {spec.source}: expected a list of objects of constructor "
-                                f"arguments, one per level; got {presets!r:.80}")
+        raise ImportSourceError(
+            f"option {LEVELS_OPTION} of {spec.source}: expected a list of objects of constructor "
+            f"arguments, one per level; got {presets!r:.80}"
+        )
     params = _constructor_params(cls)
     seed_names = [n for n in params if is_seed_name(n)]
     seeded = [n for n in options if n in seed_names]
     if seeded:
-        raise ImportSourceError(f"{spec.source}: {seeded[0]} is set from each instance's seed, so one instance id is "
-                                "one task; it cannot be an import option")
+        raise ImportSourceError(
+            f"{spec.source}: {seeded[0]} is set from each instance's seed, so one instance id is "
+            "one task; it cannot be an import option"
+        )
     knobs = _knobs(cls, params, [options, *(presets or [])])
     unknown = sorted(set(options) - {k.name for k in knobs})
     if unknown:
-        raise ImportSourceError(f"{spec.source} takes no keyword argument {unknown[0]!r}; it takes: "
-                                f"{', '.join(k.name for k in knobs) or 'none'}")
-    knobs = [dataclasses.replace(k, default=json_form(options[k.name])) if k.name in options else k
-             for k in knobs]
-    model = params_model(f"{cls.__name__}Params", knobs,
-                         doc=f"Constructor arguments of {cls.__name__}, plus the level.")
+        raise ImportSourceError(
+            f"{spec.source} takes no keyword argument {unknown[0]!r}; it takes: "
+            f"{', '.join(k.name for k in knobs) or 'none'}"
+        )
+    knobs = [dataclasses.replace(k, default=json_form(options[k.name])) if k.name in options else k for k in knobs]
+    model = params_model(
+        f"{cls.__name__}Params", knobs, doc=f"Constructor arguments of {cls.__name__}, plus the level."
+    )
     levels, notes = _levels(spec.source, model, knobs, seed_names, presets)
     oracle, why_not = _oracle(cls)  # the import says so when there is none (see vetting)
-    doc = (f"{class_summary(cls)}\n\n{answer_instructions()}\n\n"
-           f"Imported from the InternBootcamp-style class {spec.source}; reward is its verify_score.")
-    bootcamp_cls = type(f"Imported_{cls.__name__}", (ClassBootcamp,), {
-        "__doc__": doc, "name": spec.name, "version": f"ib{ADAPTER_REVISION}-{_source_hash(cls)}",
-        "params_model": model, "levels": levels, "__module__": __name__, "import_notes": tuple(notes),
-        "wrong_answer_bound": float(bound) if bound is not None else 0.0,
-    })
+    doc = (
+        f"{class_summary(cls)}\n\n{answer_instructions()}\n\n"
+        f"Imported from the InternBootcamp-style class {spec.source}; reward is its verify_score."
+    )
+    bootcamp_cls = type(
+        f"Imported_{cls.__name__}",
+        (ClassBootcamp,),
+        {
+            "__doc__": doc,
+            "name": spec.name,
+            "version": f"ib{ADAPTER_REVISION}-{_source_hash(cls)}",
+            "params_model": model,
+            "levels": levels,
+            "__module__": __name__,
+            "import_notes": tuple(notes),
+            "wrong_answer_bound": float(bound) if bound is not None else 0.0,
+        },
+    )
     return bootcamp_cls(cls, knobs, seed_names, oracle, why_not)
 
 
 class ClassBootcamp(AnswerBootcamp):
     """An InternBootcamp-style class as a bootcamp (one dynamic subclass per import; see the module docstring)."""
 
-    def __init__(self, source_cls: type, knobs: list[Knob], seed_names: list[str], oracle: str | None,
-                 no_oracle: str) -> None:
+    def __init__(
+        self, source_cls: type, knobs: list[Knob], seed_names: list[str], oracle: str | None, no_oracle: str
+    ) -> None:
         self.source_cls = source_cls
         self.knobs = knobs
         self.seed_names = seed_names
@@ -136,8 +155,9 @@ class ClassBootcamp(AnswerBootcamp):
         try:
             identity = json.loads(json.dumps(identity))
         except (TypeError, ValueError) as exc:
-            raise ImportSourceError(f"{self.source_cls.__name__}.case_generator() returned an identity that is not "
-                                    f"JSON ({exc})") from None
+            raise ImportSourceError(
+                f"{self.source_cls.__name__}.case_generator() returned an identity that is not JSON ({exc})"
+            ) from None
         return {"identity": identity, "prompt": str(prompt), "case_seed": seed}
 
     def question(self, instance: Instance) -> str:
@@ -157,9 +177,11 @@ class ClassBootcamp(AnswerBootcamp):
         if list(keep) != sorted(self.levels):
             presets = options.get(LEVELS_OPTION)
             if presets is None:  # every level is the same config: one that fails condemns them all
-                raise ImportSourceError(f"{spec.source}: the constructor's defaults fail at level(s) "
-                                        f"{sorted(set(self.levels) - set(keep))}; with no levels option there is "
-                                        "no other level to keep")
+                raise ImportSourceError(
+                    f"{spec.source}: the constructor's defaults fail at level(s) "
+                    f"{sorted(set(self.levels) - set(keep))}; with no levels option there is "
+                    "no other level to keep"
+                )
             padded = _padded(presets)
             options[LEVELS_OPTION] = [padded[lv - 1] for lv in keep]
         if wrong_answer_bound is not None:
@@ -196,8 +218,11 @@ def _constructor_params(cls: type) -> dict[str, inspect.Parameter]:
         signature = inspect.signature(cls.__init__)
     except (TypeError, ValueError):
         return {}
-    return {p.name: p for p in signature.parameters.values()
-            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return {
+        p.name: p
+        for p in signature.parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
 
 
 def _knobs(cls: type, params: Mapping[str, inspect.Parameter], examples: Sequence[Mapping[str, Any]]) -> list[Knob]:
@@ -209,7 +234,7 @@ def _knobs(cls: type, params: Mapping[str, inspect.Parameter], examples: Sequenc
         if annotation is Any and p.default is None:  # untyped and None: the values given say what it holds
             given = next((e[p.name] for e in examples if e.get(p.name) is not None), None)
             if given is not None:
-                annotation = typing.Optional[type(given)]  # noqa: UP007 -- a runtime type expression
+                annotation = typing.Optional[type(given)]  # noqa: UP007, UP045 -- a runtime type expression
         k = knob(p.name, annotation, p.default, f"{cls.__name__} constructor argument {p.name}")
         if k is not None:
             knobs.append(k)
@@ -221,20 +246,25 @@ def _padded(presets: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return presets + [presets[-1]] * max(0, MIN_LEVELS - len(presets))
 
 
-def _levels(source: str, model: type[Params], knobs: list[Knob], seed_names: list[str],
-            presets: list[dict[str, Any]] | None) -> tuple[dict[int, Params], list[str]]:
+def _levels(
+    source: str, model: type[Params], knobs: list[Knob], seed_names: list[str], presets: list[dict[str, Any]] | None
+) -> tuple[dict[int, Params], list[str]]:
     notes: list[str] = []
     if presets is None:
-        notes.append(f"{source} has no difficulty presets here: levels 1-{MIN_LEVELS} are all the constructor's "
-                     "defaults (import with --levels-from FILE to use InternBootcamp's config files)")
+        notes.append(
+            f"{source} has no difficulty presets here: levels 1-{MIN_LEVELS} are all the constructor's "
+            "defaults (import with --levels-from FILE to use InternBootcamp's config files)"
+        )
         return {i: model(level=i) for i in range(1, MIN_LEVELS + 1)}, notes
     names = {k.name for k in knobs}
     dropped = sorted({key for p in presets for key in p if key not in names})
     if dropped:
         seeds = [d for d in dropped if d in seed_names]
-        why = (f" ({', '.join(seeds)} comes from each instance's seed)" if seeds else "")
-        notes.append(f"levels: {source}'s constructor does not take {', '.join(dropped)}; dropped as InternBootcamp's "
-                     f"own data generator drops them{why}")
+        why = f" ({', '.join(seeds)} comes from each instance's seed)" if seeds else ""
+        notes.append(
+            f"levels: {source}'s constructor does not take {', '.join(dropped)}; dropped as InternBootcamp's "
+            f"own data generator drops them{why}"
+        )
     if len(presets) < MIN_LEVELS:
         notes.append(f"levels: {len(presets)} given, the last repeated to make {MIN_LEVELS}")
     levels: dict[int, Params] = {}
@@ -259,8 +289,10 @@ def _oracle(cls: type) -> tuple[str | None, str]:
             return name, ""
         rejected.append(f"{name}{signature}")
     if rejected:
-        return None, (f"{cls.__name__}.{rejected[0]} does not take the identity (one argument named "
-                      f"{' or '.join(IDENTITY_NAMES)}), so it is not an oracle")
+        return None, (
+            f"{cls.__name__}.{rejected[0]} does not take the identity (one argument named "
+            f"{' or '.join(IDENTITY_NAMES)}), so it is not an oracle"
+        )
     return None, f"{cls.__name__} has no {' or '.join(f'{n}(identity)' for n in ORACLES)}"
 
 
@@ -274,8 +306,11 @@ def _takes_identity(cls: type, name: str) -> tuple[bool, str]:
     params = list(signature.parameters.values())
     if not isinstance(static, staticmethod) and params:
         params = params[1:]  # self or cls
-    required = [p for p in params if p.default is inspect.Parameter.empty
-                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [
+        p
+        for p in params
+        if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
     shown = "(" + ", ".join(p.name for p in params) + ")"
     if len(required) != 1:
         return False, shown

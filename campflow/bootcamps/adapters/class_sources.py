@@ -154,7 +154,7 @@ def _shortened(text: str) -> str:
         return text
     cut = text[:SUMMARY_CHARS]
     end = cut.rfind(". ")
-    return cut[:end + 1] if end > SUMMARY_CHARS // 3 else cut.rstrip() + "..."
+    return cut[: end + 1] if end > SUMMARY_CHARS // 3 else cut.rstrip() + "..."
 
 
 def read_levels_file(path: Path) -> list[dict[str, Any]]:
@@ -172,6 +172,8 @@ def read_levels_file(path: Path) -> list[dict[str, Any]]:
     except ValueError as exc:
         raise ImportSourceError(f"levels file {path} is not JSON: {exc}") from None
     if not isinstance(raw, list) or not all(isinstance(entry, dict) for entry in raw):
-        raise ImportSourceError(f"levels file {path}: expected a JSON list of objects of constructor arguments "
-                                "(as in InternBootcamp's examples/pipelines/*_configs/*.json)")
+        raise ImportSourceError(
+            f"levels file {path}: expected a JSON list of objects of constructor arguments "
+            "(as in InternBootcamp's examples/pipelines/*_configs/*.json)"
+        )
     return raw or [{}]

@@ -36,7 +36,17 @@ from pydantic import Field, ValidationError, model_validator
 from campflow.bootcamps.adapters import ImportSpec
 from campflow.bootcamps.adapters.function_calling_rows import Row, args_model, load_rows
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, Tool, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    NoArgs,
+    Observation,
+    Params,
+    Score,
+    State,
+    Tool,
+    ToolArgs,
+    tool,
 )
 from campflow.errors import ImportSourceError
 
@@ -70,20 +80,31 @@ def build(spec: ImportSpec) -> Bootcamp:
     rows, digest = load_rows(spec.source, split)
     for row in rows:
         if any(t["name"] == FINISH for t in row.tools):
-            raise ImportSourceError(f"{spec.source}, {row.where}: a tool named {FINISH!r} clashes with the "
-                                    "tool that ends the episode")
+            raise ImportSourceError(
+                f"{spec.source}, {row.where}: a tool named {FINISH!r} clashes with the tool that ends the episode"
+            )
     counts = [len(r.expected_calls) for r in rows]
     model = _params_model(counts)
     levels = {i: model(level=i, **tier) for i, tier in enumerate(_tiers(counts), start=1)}
-    doc = (f"Make the function calls the conversation asks for, then call `{FINISH}`.\n\n"
-           f"Read the conversation and call the tools it needs, with exactly the right arguments, then "
-           f"call `{FINISH}` once. Each call is recorded; calls the request does not need cost reward.\n\n"
-           f"Imported from {spec.source} ({len(rows)} rows); reward is call matching on names and "
-           f"arguments (see campflow.bootcamps.adapters.function_calling).")
-    cls = type("FunctionCalling", (FunctionCallingBootcamp,), {
-        "__doc__": doc, "name": spec.name, "version": f"fc{ADAPTER_REVISION}-{digest}",
-        "params_model": model, "levels": levels, "__module__": __name__,
-    })
+    doc = (
+        f"Make the function calls the conversation asks for, then call `{FINISH}`.\n\n"
+        f"Read the conversation and call the tools it needs, with exactly the right arguments, then "
+        f"call `{FINISH}` once. Each call is recorded; calls the request does not need cost reward.\n\n"
+        f"Imported from {spec.source} ({len(rows)} rows); reward is call matching on names and "
+        f"arguments (see campflow.bootcamps.adapters.function_calling)."
+    )
+    cls = type(
+        "FunctionCalling",
+        (FunctionCallingBootcamp,),
+        {
+            "__doc__": doc,
+            "name": spec.name,
+            "version": f"fc{ADAPTER_REVISION}-{digest}",
+            "params_model": model,
+            "levels": levels,
+            "__module__": __name__,
+        },
+    )
     return cls(rows)
 
 
@@ -100,12 +121,20 @@ class FunctionCallingBootcamp(Bootcamp[Params, CallState]):
 
     def build(self, params: Params, rng: random.Random) -> dict[str, Any]:
         p = params.model_dump()
-        matching = [i for i in range(p["first_row"], p["last_row"] + 1)
-                    if p["min_calls"] <= len(self.rows[i].expected_calls) <= p["max_calls"]]
+        matching = [
+            i
+            for i in range(p["first_row"], p["last_row"] + 1)
+            if p["min_calls"] <= len(self.rows[i].expected_calls) <= p["max_calls"]
+        ]
         position = rng.choice(matching)
         row = self.rows[position]
-        return {"row": position, "messages": row.messages, "tools": row.tools,
-                "expected_calls": row.expected_calls, "order_sensitive": row.order_sensitive}
+        return {
+            "row": position,
+            "messages": row.messages,
+            "tools": row.tools,
+            "expected_calls": row.expected_calls,
+            "order_sensitive": row.order_sensitive,
+        }
 
     def prompt(self, instance: Instance) -> list[dict[str, Any]]:
         messages = copy.deepcopy(list(instance.data["messages"]))
@@ -122,9 +151,14 @@ class FunctionCallingBootcamp(Bootcamp[Params, CallState]):
 
     def tools(self, instance: Instance) -> tuple[Tool, ...]:
         row_tools = tuple(
-            RowTool(name=t["name"], description=t["description"], args_model=args_model(t),
-                    schema_json=json.dumps({"type": "function", "function": t}))
-            for t in instance.data["tools"])
+            RowTool(
+                name=t["name"],
+                description=t["description"],
+                args_model=args_model(t),
+                schema_json=json.dumps({"type": "function", "function": t}),
+            )
+            for t in instance.data["tools"]
+        )
         return (*row_tools, self._tools[FINISH])
 
     def call(self, instance: Instance, state: CallState, name: str, args: ToolArgs) -> Observation:
@@ -178,8 +212,15 @@ class FunctionCallingBootcamp(Bootcamp[Params, CallState]):
         spec = next(t for t in instance.data["tools"] if t["name"] == action.name)
         key = rng.choice(sorted(action.arguments))
         value = action.arguments[key]
-        changed = (not value if isinstance(value, bool) else value + 1 if isinstance(value, int | float)
-                   else f"{value} x" if isinstance(value, str) else None)
+        changed = (
+            not value
+            if isinstance(value, bool)
+            else value + 1
+            if isinstance(value, int | float)
+            else f"{value} x"
+            if isinstance(value, str)
+            else None
+        )
         arguments = {**action.arguments, key: changed}
         try:
             args_model(spec).model_validate(arguments)
@@ -203,10 +244,10 @@ def _params_model(counts: list[int]) -> type[Params]:
         def _some_row(self) -> FunctionCallingParams:
             if self.first_row > self.last_row or self.min_calls > self.max_calls:
                 raise ValueError("first_row must not exceed last_row, nor min_calls max_calls")
-            if not any(self.min_calls <= counts[i] <= self.max_calls
-                       for i in range(self.first_row, self.last_row + 1)):
-                raise ValueError(f"no row in {self.first_row}..{self.last_row} expects "
-                                 f"{self.min_calls}..{self.max_calls} calls")
+            if not any(self.min_calls <= counts[i] <= self.max_calls for i in range(self.first_row, self.last_row + 1)):
+                raise ValueError(
+                    f"no row in {self.first_row}..{self.last_row} expects {self.min_calls}..{self.max_calls} calls"
+                )
             return self
 
     return FunctionCallingParams

@@ -47,9 +47,21 @@ REQUIRED = ("messages", "tools", "expected_calls")
 # (pydantic's serializer, orjson for transcripts) stop at a few hundred.
 MAX_DEPTH = 64
 _TYPES: dict[str, Any] = {
-    "string": str, "str": str, "integer": int, "int": int, "number": float, "float": float,
-    "boolean": bool, "bool": bool, "object": dict[str, Any], "dict": dict[str, Any],
-    "array": list, "list": list, "tuple": list, "null": type(None), "any": Any,
+    "string": str,
+    "str": str,
+    "integer": int,
+    "int": int,
+    "number": float,
+    "float": float,
+    "boolean": bool,
+    "bool": bool,
+    "object": dict[str, Any],
+    "dict": dict[str, Any],
+    "array": list,
+    "list": list,
+    "tuple": list,
+    "null": type(None),
+    "any": Any,
 }
 
 
@@ -80,8 +92,10 @@ def load_rows(source: str, split: str | None = None) -> tuple[list[Row], str]:
     """
     path = Path(source)
     if not path.exists():
-        raise ImportSourceError(f"function-calling source {source} does not exist (expected a .jsonl file or a "
-                                "folder written by datasets' save_to_disk)")
+        raise ImportSourceError(
+            f"function-calling source {source} does not exist (expected a .jsonl file or a "
+            "folder written by datasets' save_to_disk)"
+        )
     if path.is_dir():
         raw, digest, where = _dataset_rows(path, split)
     else:
@@ -99,8 +113,10 @@ def _jsonl_rows(path: Path, data: bytes) -> list[tuple[int, Any]]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ImportSourceError(f"{path}, line {line}: not UTF-8 text (byte {data[exc.start:exc.start + 1]!r}); "
-                                "expected JSON lines in UTF-8") from None
+        raise ImportSourceError(
+            f"{path}, line {line}: not UTF-8 text (byte {data[exc.start : exc.start + 1]!r}); "
+            "expected JSON lines in UTF-8"
+        ) from None
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -132,7 +148,7 @@ def _dataset_rows(path: Path, split: str | None) -> tuple[list[tuple[int, Any]],
         names = list(loaded)
         chosen = split or ("train" if "train" in names else names[0] if len(names) == 1 else None)
         if chosen not in loaded:
-            raise ImportSourceError(f"{path} has splits {', '.join(names)}; choose one with --config split=NAME")
+            raise ImportSourceError(f"{path} has splits {', '.join(names)}; choose one with --set split=NAME")
         loaded = loaded[chosen]
     return list(enumerate(loaded)), str(loaded._fingerprint)[:12], "row"
 
@@ -158,8 +174,9 @@ def check_row(obj: Any, number: int, where: str, path: Path) -> Row:
     if len(by_name) != len(specs):
         raise ImportSourceError(f"{at}: two tools share a name")
     checked = [_expected_call(c, by_name, at) for c in calls]
-    return Row(f"{where} {number}", [dict(m) for m in messages], specs, checked,
-               bool(obj.get("order_sensitive", False)))
+    return Row(
+        f"{where} {number}", [dict(m) for m in messages], specs, checked, bool(obj.get("order_sensitive", False))
+    )
 
 
 def _check_depth(value: Any, at: str) -> Any:
@@ -170,8 +187,10 @@ def _check_depth(value: Any, at: str) -> Any:
         item, depth = stack.pop()
         if isinstance(item, dict | list):
             if depth > MAX_DEPTH:
-                raise ImportSourceError(f"{at}: nested more than {MAX_DEPTH} levels deep; rows, schemas and "
-                                        "arguments may nest at most that far")
+                raise ImportSourceError(
+                    f"{at}: nested more than {MAX_DEPTH} levels deep; rows, schemas and "
+                    "arguments may nest at most that far"
+                )
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
     return value
 
@@ -185,15 +204,18 @@ def _json_field(value: Any, key: str, at: str) -> Any:
 def _tool_spec(tool: Any, at: str) -> dict[str, Any]:
     fn = tool.get("function", tool) if isinstance(tool, dict) else None
     if not (isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"]):
-        raise ImportSourceError(f"{at}: every tool needs a 'name' (as {{name, parameters}} or "
-                                "{type: function, function: {...}})")
+        raise ImportSourceError(
+            f"{at}: every tool needs a 'name' (as {{name, parameters}} or {{type: function, function: {{...}}}})"
+        )
     parameters = fn.get("parameters") or {"type": "object", "properties": {}}
     if not isinstance(parameters, dict):
         raise ImportSourceError(f"{at}: tool {fn['name']!r} has parameters that are not a JSON schema object")
     properties, required = parameters.get("properties") or {}, parameters.get("required") or []
     if not isinstance(properties, dict):
-        raise ImportSourceError(f"{at}: tool {fn['name']!r} has 'properties' that are a {type(properties).__name__}; "
-                                "expected an object mapping each parameter name to its schema")
+        raise ImportSourceError(
+            f"{at}: tool {fn['name']!r} has 'properties' that are a {type(properties).__name__}; "
+            "expected an object mapping each parameter name to its schema"
+        )
     if not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
         raise ImportSourceError(f"{at}: tool {fn['name']!r} has 'required' that is not a list of parameter names")
     spec = {"name": fn["name"], "description": str(fn.get("description") or ""), "parameters": parameters}
@@ -215,8 +237,9 @@ def _expected_call(call: Any, tools: dict[str, dict[str, Any]], at: str) -> dict
     try:
         normalized = normalize(args_model(tools[name]), arguments)
     except ValidationError as exc:
-        raise ImportSourceError(f"{at}: expected call {name!r} does not fit its tool's schema: "
-                                f"{format_validation_error(exc)}") from None
+        raise ImportSourceError(
+            f"{at}: expected call {name!r} does not fit its tool's schema: {format_validation_error(exc)}"
+        ) from None
     return {"name": name, "arguments": normalized, "given": arguments}
 
 
@@ -243,8 +266,10 @@ def args_model(spec: dict[str, Any]) -> type[RowArgs]:
             if prop in required:
                 fields[f"p{i}"] = (annotation, Field(alias=prop, description=schema.get("description")))
             else:
-                fields[f"p{i}"] = (annotation | None if annotation is not Any else Any,
-                                   Field(schema.get("default"), alias=prop, description=schema.get("description")))
+                fields[f"p{i}"] = (
+                    annotation | None if annotation is not Any else Any,
+                    Field(schema.get("default"), alias=prop, description=schema.get("description")),
+                )
         model = create_model(f"{_identifier(spec['name'])}Args", __base__=RowArgs, **fields)
         _MODELS[key] = model
     return model

@@ -22,7 +22,7 @@ Mapping:
             reward) with a reward above 0, and failure scores 0. The budget is the planner's steps plus
             ``turn_slack`` (deterministic) or 100 plus slack (stochastic). Without a table the range
             is the family's (Blackjack: loss 0, draw 0.5, win 1; success = a win), else
-            ``--config return_range=[LO,HI]`` or ``(0, reward_threshold)``; success = reward 1.
+            ``--set return_range=[LO,HI]`` or ``(0, reward_threshold)``; success = reward 1.
             An episode that has not ended (``stop``, turns spent) scores 0.
     oracle  value iteration over ``env.unwrapped.P`` (FrozenLake, Taxi, CliffWalking), which solves
             every deterministic level; basic strategy for Blackjack, which wins ~44% of hands (draws ~9%); none
@@ -51,11 +51,22 @@ from pydantic import Field, ValidationError, create_model
 from campflow.bootcamps.adapters import ImportSpec
 from campflow.bootcamps.adapters.gym_families import Family, family_of, generic_view
 from campflow.bootcamps.adapters.gym_planning import (
-    expected_return, steps_to_finish, tabular_model, value_iteration,
+    expected_return,
+    steps_to_finish,
+    tabular_model,
+    value_iteration,
 )
 from campflow.bootcamps.adapters.source_params import Knob, explain, knob, params_model, source_kwargs
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs,
+    Action,
+    Bootcamp,
+    Instance,
+    NoArgs,
+    Observation,
+    Params,
+    Score,
+    State,
+    ToolArgs,
     tool,
 )
 from campflow.errors import ImportSourceError, ToolError
@@ -119,8 +130,10 @@ def build(spec: ImportSpec) -> Bootcamp:
     spaces = gym.spaces
     if not isinstance(probe.action_space, spaces.Discrete):
         kind = "continuous actions" if isinstance(probe.action_space, spaces.Box) else "a non-Discrete action space"
-        raise ImportSourceError(f"{env_id} has {kind} ({probe.action_space}); only environments with a "
-                                "Discrete(n) action space can become a step(action) bootcamp")
+        raise ImportSourceError(
+            f"{env_id} has {kind} ({probe.action_space}); only environments with a "
+            "Discrete(n) action space can become a step(action) bootcamp"
+        )
     family = family_of(env_spec.name)
     ansi = "ansi" in (probe.unwrapped.metadata.get("render_modes") or [])
     _check_renderable(env_id, probe.observation_space, spaces, family, ansi)
@@ -128,8 +141,11 @@ def build(spec: ImportSpec) -> Bootcamp:
     options = dict(spec.options)
     return_range = _return_range(env_id, env_spec, family, table, options.pop("return_range", None))
     env_knobs = _env_knobs(probe, env_spec, family)
-    knobs = [*(_FROZEN_LAKE_KNOBS if env_spec.name.startswith("FrozenLake") else []), *env_knobs,
-             *([_SLACK] if table else [])]
+    knobs = [
+        *(_FROZEN_LAKE_KNOBS if env_spec.name.startswith("FrozenLake") else []),
+        *env_knobs,
+        *([_SLACK] if table else []),
+    ]
     knobs, presets = _apply_presets(env_id, knobs, family, options)
     model = params_model(f"Gym_{env_spec.name}_Params", knobs, doc=f"Knobs of {env_id}, plus the level.")
     levels = {}
@@ -140,23 +156,42 @@ def build(spec: ImportSpec) -> Bootcamp:
             raise ImportSourceError(f"{env_id}: level {i} is invalid: {explain(exc)}") from None
     n = int(probe.action_space.n)
     probe.close()
-    facts = EnvFacts(env_id, family, tuple(env_knobs), n, ansi, table, return_range,
-                     min(env_spec.max_episode_steps or FALLBACK_BUDGET, MAX_BUDGET))
+    facts = EnvFacts(
+        env_id,
+        family,
+        tuple(env_knobs),
+        n,
+        ansi,
+        table,
+        return_range,
+        min(env_spec.max_episode_steps or FALLBACK_BUDGET, MAX_BUDGET),
+    )
     meanings = ", ".join(f"{i} = {m}" for i, m in enumerate(family.actions)) if family else f"0 to {n - 1}"
     goal = family.goal if family else "reach the best return you can."
     version = f"gym{ADAPTER_REVISION}-{importlib.metadata.version('gymnasium')}"
-    doc = (f"Play the Gymnasium environment {env_id}: {goal}\n\n"
-           f"Call `step` with one action number per call ({meanings}); each call shows the new "
-           f"observation and the reward. The episode ends when the environment says so; `stop` ends it "
-           f"early and scores 0. {family.legend if family else ''}\n\n"
-           f"Imported from gymnasium {importlib.metadata.version('gymnasium')}; reward is the episode "
-           f"return scaled to [0, 1] (see campflow.bootcamps.adapters.gym_envs).")
-    args_model = create_model("StepArgs", __base__=ToolArgs, action=(int, Field(
-        ge=0, le=n - 1, description=f"the action number: {meanings}")))
-    cls = type(f"Gym_{env_spec.name}", (GymBootcamp,), {
-        "__doc__": doc, "name": spec.name, "version": version, "params_model": model, "levels": levels,
-        "__module__": __name__,
-    })
+    doc = (
+        f"Play the Gymnasium environment {env_id}: {goal}\n\n"
+        f"Call `step` with one action number per call ({meanings}); each call shows the new "
+        f"observation and the reward. The episode ends when the environment says so; `stop` ends it "
+        f"early and scores 0. {family.legend if family else ''}\n\n"
+        f"Imported from gymnasium {importlib.metadata.version('gymnasium')}; reward is the episode "
+        f"return scaled to [0, 1] (see campflow.bootcamps.adapters.gym_envs)."
+    )
+    args_model = create_model(
+        "StepArgs", __base__=ToolArgs, action=(int, Field(ge=0, le=n - 1, description=f"the action number: {meanings}"))
+    )
+    cls = type(
+        f"Gym_{env_spec.name}",
+        (GymBootcamp,),
+        {
+            "__doc__": doc,
+            "name": spec.name,
+            "version": version,
+            "params_model": model,
+            "levels": levels,
+            "__module__": __name__,
+        },
+    )
     cls._tools = {**cls._tools, "step": dataclasses.replace(cls._tools["step"], args_model=args_model)}
     return cls(facts)
 
@@ -184,29 +219,36 @@ class GymBootcamp(Bootcamp[Params, GymState]):
         reset_seed = rng.randrange(2**31)
         env = self._make(kwargs)
         obs, _ = env.reset(seed=reset_seed)
-        data: dict[str, Any] = {"env_id": self.facts.env_id, "kwargs": kwargs, "reset_seed": reset_seed,
-                                "start": self._view(env, obs), "optimal_steps": None, "goal_reward": None}
+        data: dict[str, Any] = {
+            "env_id": self.facts.env_id,
+            "kwargs": kwargs,
+            "reset_seed": reset_seed,
+            "start": self._view(env, obs),
+            "optimal_steps": None,
+            "goal_reward": None,
+        }
         if self.facts.table:
             model, policy = self._plan(env, kwargs)
             slack = values.get("turn_slack", 0)
             if model.deterministic:
                 steps = steps_to_finish(model, policy, int(obs), MAX_BUDGET)
                 if steps is None:
-                    raise RuntimeError(f"{self.facts.env_id}: the planner cannot finish from state {obs} "
-                                       f"with {kwargs}")
+                    raise RuntimeError(f"{self.facts.env_id}: the planner cannot finish from state {obs} with {kwargs}")
                 data["optimal_steps"], budget = steps, steps + slack
             else:
                 budget = STOCHASTIC_BUDGET + slack
             high = expected_return(model, policy, int(obs), budget)
-            data.update(turn_budget=budget, return_range=[budget * model.typical_reward, high],
-                        goal_reward=model.best_reward)
+            data.update(
+                turn_budget=budget, return_range=[budget * model.typical_reward, high], goal_reward=model.best_reward
+            )
         else:
             data.update(turn_budget=self.facts.budget, return_range=list(self.facts.return_range or (0.0, 1.0)))
         return data
 
     def prompt(self, instance: Instance) -> list[dict[str, Any]]:
-        return self.chat(f"The episode starts here:\n{instance.data['start']}\n\n"
-                         f"You have {instance.data['turn_budget']} turns.")
+        return self.chat(
+            f"The episode starts here:\n{instance.data['start']}\n\nYou have {instance.data['turn_budget']} turns."
+        )
 
     def max_turns(self, instance: Instance) -> int:
         return instance.data["turn_budget"]
@@ -231,8 +273,10 @@ class GymBootcamp(Bootcamp[Params, GymState]):
         state.steps += 1
         state.terminated, state.truncated = bool(terminated), bool(truncated)
         name = self.facts.family.actions[args.action] if self.facts.family else str(args.action)
-        text = (f"{self._view(state.env, obs)}\nAction {args.action} ({name}): reward {float(reward):g}, "
-                f"return so far {state.total:g}.")
+        text = (
+            f"{self._view(state.env, obs)}\nAction {args.action} ({name}): reward {float(reward):g}, "
+            f"return so far {state.total:g}."
+        )
         over = state.terminated or state.truncated
         if over:
             verdict = self.score(instance, state, ())
@@ -276,8 +320,10 @@ class GymBootcamp(Bootcamp[Params, GymState]):
             return Action("step", {"action": int(policy[int(state.obs)])})
         if self.facts.family and self.facts.family.strategy:
             return Action("step", {"action": int(self.facts.family.strategy(state.obs))})
-        raise ImportSourceError(f"{self.facts.env_id} has no transition table and no known strategy, so the "
-                                f"imported bootcamp {self.name!r} has no oracle")
+        raise ImportSourceError(
+            f"{self.facts.env_id} has no transition table and no known strategy, so the "
+            f"imported bootcamp {self.name!r} has no oracle"
+        )
 
     def wrong_answer(self, instance: Instance, state: GymState, rng: random.Random) -> Action:
         return Action("stop", {})
@@ -323,8 +369,9 @@ def _gymnasium() -> Any:
     try:
         import gymnasium
     except ImportError:
-        raise ImportSourceError("gymnasium is not installed; install the adapters extra: "
-                                "pip install 'campflow[adapters]'") from None
+        raise ImportSourceError(
+            "gymnasium is not installed; install the adapters extra: pip install 'campflow[adapters]'"
+        ) from None
     return gymnasium
 
 
@@ -336,12 +383,15 @@ def _check_renderable(env_id: str, space: Any, spaces: Any, family: Family | Non
         return
     if isinstance(space, spaces.Box) and math.prod(space.shape or (1,)) <= 64:
         return
-    raise ImportSourceError(f"{env_id} observes {space}, which has no text form (no ANSI render, not a small "
-                            "discrete or vector observation)")
+    raise ImportSourceError(
+        f"{env_id} observes {space}, which has no text form (no ANSI render, not a small "
+        "discrete or vector observation)"
+    )
 
 
-def _return_range(env_id: str, env_spec: Any, family: Family | None, table: bool,
-                  option: Any) -> tuple[float, float] | None:
+def _return_range(
+    env_id: str, env_spec: Any, family: Family | None, table: bool, option: Any
+) -> tuple[float, float] | None:
     if option is not None:
         if not (isinstance(option, list | tuple) and len(option) == 2 and float(option[0]) < float(option[1])):
             raise ImportSourceError(f"return_range = {option!r}: expected [LOW, HIGH] with LOW < HIGH")
@@ -352,8 +402,10 @@ def _return_range(env_id: str, env_spec: Any, family: Family | None, table: bool
         return family.return_range
     if env_spec.reward_threshold is not None:
         return 0.0, float(env_spec.reward_threshold)
-    raise ImportSourceError(f"{env_id} has no transition table and no reward threshold, so its return has no "
-                            "known scale; import it with --config return_range=[LOW,HIGH]")
+    raise ImportSourceError(
+        f"{env_id} has no transition table and no reward threshold, so its return has no "
+        "known scale; import it with --set return_range=[LOW,HIGH]"
+    )
 
 
 def _env_knobs(probe: Any, env_spec: Any, family: Family | None) -> list[Knob]:
@@ -375,16 +427,20 @@ def _env_knobs(probe: Any, env_spec: Any, family: Family | None) -> list[Knob]:
     return knobs
 
 
-def _apply_presets(env_id: str, knobs: list[Knob], family: Family | None,
-                   options: dict[str, Any]) -> tuple[list[Knob], list[dict[str, Any]]]:
+def _apply_presets(
+    env_id: str, knobs: list[Knob], family: Family | None, options: dict[str, Any]
+) -> tuple[list[Knob], list[dict[str, Any]]]:
     """Knobs whose defaults are level 1's values (options applied), and the three level presets."""
     names = {k.name for k in knobs}
     unknown = sorted(set(options) - names)
     if unknown:
-        raise ImportSourceError(f"{env_id} has no knob {unknown[0]!r}; its knobs are: "
-                                f"{', '.join(sorted(names)) or 'none'} (and return_range)")
+        raise ImportSourceError(
+            f"{env_id} has no knob {unknown[0]!r}; its knobs are: "
+            f"{', '.join(sorted(names)) or 'none'} (and return_range)"
+        )
     presets = [dict(p) for p in (family.presets if family and family.presets else ({}, {}, {}))]
-    presets = [{**{k.name: k.default for k in knobs}, **{k: v for k, v in p.items() if k in names}, **options}
-               for p in presets]
+    presets = [
+        {**{k.name: k.default for k in knobs}, **{k: v for k, v in p.items() if k in names}, **options} for p in presets
+    ]
     knobs = [dataclasses.replace(k, default=presets[0][k.name]) for k in knobs]
     return knobs, presets

@@ -58,13 +58,23 @@ def _taxi_view(env: Any, obs: Any) -> str:
     taxi_row, taxi_col, passenger, destination = env.decode(int(obs))
     grid = strip_ansi(_HIGHLIGHT.sub("@", env.render())).rstrip()
     rows = grid.splitlines()
-    stand = f"{TAXI_STANDS[passenger]} (row {env.locs[passenger][0]}, column {env.locs[passenger][1]})" \
-        if passenger < 4 else ""
-    where = ("in the taxi" if passenger == 4 else
-             f"delivered at {stand}" if passenger == destination else f"waiting at {stand}")
+    stand = (
+        f"{TAXI_STANDS[passenger]} (row {env.locs[passenger][0]}, column {env.locs[passenger][1]})"
+        if passenger < 4
+        else ""
+    )
+    where = (
+        "in the taxi"
+        if passenger == 4
+        else f"delivered at {stand}"
+        if passenger == destination
+        else f"waiting at {stand}"
+    )
     dest = env.locs[destination]
-    return ("\n".join(rows) + f"\nTaxi (@) at row {taxi_row}, column {taxi_col}. Passenger {where}. "
-            f"Destination {TAXI_STANDS[destination]} (row {dest[0]}, column {dest[1]}).")
+    return (
+        "\n".join(rows) + f"\nTaxi (@) at row {taxi_row}, column {taxi_col}. Passenger {where}. "
+        f"Destination {TAXI_STANDS[destination]} (row {dest[0]}, column {dest[1]})."
+    )
 
 
 def _cliff_view(env: Any, obs: Any) -> str:
@@ -91,28 +101,29 @@ FAMILIES: dict[str, Family] = {
         actions=("left", "down", "right", "up"),
         goal="walk from the start S to the goal G across a frozen lake without falling into a hole H.",
         legend="Grid: S start, F frozen (safe), H hole (the episode ends, you lose), G goal, @ you. "
-               "Row 0 is the top. On slippery ice a move may slide you sideways.",
+        "Row 0 is the top. On slippery ice a move may slide you sideways.",
         view=_frozen_lake_view,
-        presets=({"size": 4, "frozen_p": 0.8, "is_slippery": False, "turn_slack": 10},
-                 {"size": 6, "frozen_p": 0.8, "is_slippery": False, "turn_slack": 6},
-                 {"size": 8, "frozen_p": 0.75, "is_slippery": False, "turn_slack": 4}),
+        presets=(
+            {"size": 4, "frozen_p": 0.8, "is_slippery": False, "turn_slack": 10},
+            {"size": 6, "frozen_p": 0.8, "is_slippery": False, "turn_slack": 6},
+            {"size": 8, "frozen_p": 0.75, "is_slippery": False, "turn_slack": 4},
+        ),
         excluded=frozenset({"desc", "map_name", "reward_schedule"}),
     ),
     "Taxi": Family(
         actions=("south", "north", "east", "west", "pickup", "dropoff"),
         goal="drive the taxi to the passenger, pick them up, drive to the destination and drop them off.",
         legend="Map: R, G, Y, B are the four stands, '|' is a wall the taxi cannot cross, ':' is open, "
-               "@ is the taxi. Row 0 is the top; north is up. Each step costs 1, a wrong pickup or "
-               "dropoff costs 10, and the delivery earns 20.",
+        "@ is the taxi. Row 0 is the top; north is up. Each step costs 1, a wrong pickup or "
+        "dropoff costs 10, and the delivery earns 20.",
         view=_taxi_view,
         presets=_GRID_PRESETS,
     ),
     "CliffWalking": Family(
         actions=("up", "right", "down", "left"),
-        goal="walk from the bottom-left corner to the target T in the bottom-right without stepping off "
-             "the cliff C.",
+        goal="walk from the bottom-left corner to the target T in the bottom-right without stepping off the cliff C.",
         legend="Grid: x you, o open ground, C cliff (you fall back to the start and lose 100), T target. "
-               "Each step costs 1.",
+        "Each step costs 1.",
         view=_cliff_view,
         presets=_GRID_PRESETS,
     ),
@@ -120,7 +131,7 @@ FAMILIES: dict[str, Family] = {
         actions=("stick", "hit"),
         goal="beat the dealer at blackjack: get closer to 21 than the dealer without going over.",
         legend="Face cards count 10, an ace 1 or 11. `hit` draws a card; `stick` stops drawing and "
-               "the dealer plays. A win scores 1, a draw 0.5, a loss 0.",
+        "the dealer plays. A win scores 1, a draw 0.5, a loss 0.",
         view=_blackjack_view,
         return_range=(-1.0, 1.0),
         won=lambda episode_return: episode_return > 0,

@@ -91,7 +91,7 @@ def probe_level(bootcamp: Bootcamp, level: int, seeds: Sequence[int], *, score: 
 def _clipped(text: str, limit: int = 300) -> str:
     """``text`` within ``limit`` characters, keeping both ends (the source's own error comes last)."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else f"{text[:limit // 3]} ... {text[-(2 * limit // 3):]}"
+    return text if len(text) <= limit else f"{text[: limit // 3]} ... {text[-(2 * limit // 3) :]}"
 
 
 def _grade_probes(bootcamp: AnswerBootcamp, instance: Instance, seed: int, result: LevelProbe) -> None:
@@ -107,8 +107,9 @@ def _grade_probes(bootcamp: AnswerBootcamp, instance: Instance, seed: int, resul
     if reference is not None:
         reward, error = bootcamp.safe_grade(instance, reference)
         if reward < FULL:
-            result.reference_failures.append(f"seed {seed}: {reference[:60]!r} scores {reward:g}"
-                                             + (f" ({error[:80]})" if error else ""))
+            result.reference_failures.append(
+                f"seed {seed}: {reference[:60]!r} scores {reward:g}" + (f" ({error[:80]})" if error else "")
+            )
     for answer in NONSENSE_ANSWERS:
         if answer == reference:
             continue
@@ -123,8 +124,16 @@ def _grade_probes(bootcamp: AnswerBootcamp, instance: Instance, seed: int, resul
         result.wrong_max = max(result.wrong_max, reward)
 
 
-def probe_in_processes(spec: ImportSpec, levels: Sequence[int], seeds: Sequence[int], *, hash_seed: str,
-                       reverse: bool, score: bool, level_seconds: float) -> dict[int, LevelProbe]:
+def probe_in_processes(
+    spec: ImportSpec,
+    levels: Sequence[int],
+    seeds: Sequence[int],
+    *,
+    hash_seed: str,
+    reverse: bool,
+    score: bool,
+    level_seconds: float,
+) -> dict[int, LevelProbe]:
     """Probe ``levels`` in a child process with ``PYTHONHASHSEED=hash_seed``, each level under a time limit.
 
     ``reverse`` generates levels and seeds in the opposite order (so state a source keeps between
@@ -135,8 +144,12 @@ def probe_in_processes(spec: ImportSpec, levels: Sequence[int], seeds: Sequence[
     remaining = list(levels)
     results: dict[int, LevelProbe] = {}
     while remaining:
-        plan = {"spec": spec.model_dump(mode="json"), "levels": remaining[::-1] if reverse else remaining,
-                "seeds": list(seeds)[::-1] if reverse else list(seeds), "score": score}
+        plan = {
+            "spec": spec.model_dump(mode="json"),
+            "levels": remaining[::-1] if reverse else remaining,
+            "seeds": list(seeds)[::-1] if reverse else list(seeds),
+            "score": score,
+        }
         for probe in _run_child(plan, hash_seed, level_seconds):
             results[probe.level] = probe
             remaining.remove(probe.level)
@@ -144,11 +157,20 @@ def probe_in_processes(spec: ImportSpec, levels: Sequence[int], seeds: Sequence[
 
 
 def _run_child(plan: dict[str, Any], hash_seed: str, level_seconds: float) -> list[LevelProbe]:
-    env = {**os.environ, "PYTHONHASHSEED": hash_seed,
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the modules this process found
+    env = {
+        **os.environ,
+        "PYTHONHASHSEED": hash_seed,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+    }  # the modules this process found
     with tempfile.TemporaryFile("w+") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", _MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=stderr, env=env, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", _MODULE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            text=True,
+        )
         lines: queue.Queue[str | None] = queue.Queue()
         reader = threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True)
         reader.start()
@@ -163,10 +185,17 @@ def _run_child(plan: dict[str, Any], hash_seed: str, level_seconds: float) -> li
                     line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     if current is None:
-                        raise ImportSourceError(f"{plan['spec']['source']}: building it in a fresh process took "
-                                                f"over {STARTUP_SECONDS:.0f} s") from None
-                    found.append(LevelProbe(current, timed_out=True, error=(
-                        f"did not finish generating {len(plan['seeds'])} instances in {level_seconds:g} s")))
+                        raise ImportSourceError(
+                            f"{plan['spec']['source']}: building it in a fresh process took "
+                            f"over {STARTUP_SECONDS:.0f} s"
+                        ) from None
+                    found.append(
+                        LevelProbe(
+                            current,
+                            timed_out=True,
+                            error=(f"did not finish generating {len(plan['seeds'])} instances in {level_seconds:g} s"),
+                        )
+                    )
                     return found
                 if line is None:
                     break
@@ -190,8 +219,10 @@ def _run_child(plan: dict[str, Any], hash_seed: str, level_seconds: float) -> li
             found.append(LevelProbe(current, error=died[:300]))
         elif not found and plan["levels"]:
             stderr.seek(0)
-            raise ImportSourceError(f"{plan['spec']['source']}: a fresh process could not probe it (exit "
-                                    f"{proc.returncode}): {' '.join(stderr.read().split()[-30:])}"[:400])
+            raise ImportSourceError(
+                f"{plan['spec']['source']}: a fresh process could not probe it (exit "
+                f"{proc.returncode}): {' '.join(stderr.read().split()[-30:])}"[:400]
+            )
         return found
 
 
@@ -215,8 +246,12 @@ def _child() -> None:
     try:
         bootcamp = build_bootcamp(ImportSpec.model_validate(plan["spec"]))
     except Exception as exc:  # the parent built it, so this is worth its one line
-        emit({"fatal": f"{plan['spec']['source']}: building it in a fresh process failed: "
-                       f"{type(exc).__name__}: {exc}"[:400]})
+        emit(
+            {
+                "fatal": f"{plan['spec']['source']}: building it in a fresh process failed: "
+                f"{type(exc).__name__}: {exc}"[:400]
+            }
+        )
         return
     for level in plan["levels"]:
         emit({"start": level})

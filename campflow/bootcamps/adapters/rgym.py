@@ -30,7 +30,7 @@ The import writes it itself when its checks drop a level whose generator fails o
 (letter_jumble's and spell_backward's top levels fail, puzzle24's level 4 loops forever): the levels
 left are the ones on record.
 
-``composite`` mixes other datasets and needs them named: ``--config 'datasets=[gcd, chain_sum]'``,
+``composite`` mixes other datasets and needs them named: ``--set 'datasets=[gcd, chain_sum]'``,
 each item a dataset name or ``{name, weight, config}`` (weight 1 and the default config if left out).
 
 Some reasoning-gym scorers give a little format credit (0.01-0.05) to any answer, hence
@@ -56,7 +56,12 @@ from campflow.bootcamps.adapters import ImportSpec
 from campflow.bootcamps.adapters.seeding import GENERATION_LOCK, seeded_globals
 from campflow.bootcamps.adapters.single_turn import BOUND_OPTION, AnswerBootcamp, answer_instructions
 from campflow.bootcamps.adapters.source_params import (
-    Knob, explain, json_form, knob, params_model, source_kwargs,
+    Knob,
+    explain,
+    json_form,
+    knob,
+    params_model,
+    source_kwargs,
 )
 from campflow.bootcamps.base import Bootcamp, Instance, Params
 from campflow.errors import ImportSourceError
@@ -90,21 +95,32 @@ def build(spec: ImportSpec) -> Bootcamp:
     try:
         check(source_kwargs_from(knobs, {}))
     except (AssertionError, ValueError, TypeError) as exc:
-        raise ImportSourceError(f"reasoning-gym dataset {name!r} rejects its config with options "
-                                f"{options}: {exc or type(exc).__name__}") from None
+        raise ImportSourceError(
+            f"reasoning-gym dataset {name!r} rejects its config with options {options}: {exc or type(exc).__name__}"
+        ) from None
     curriculum, presets = _presets(name, factory, knobs, options, check, chosen)
     knobs = _fit_to_presets(knobs, presets)
-    model = params_model(f"RG_{name}_Params", knobs, check=check,
-                         doc=f"Config fields of reasoning-gym's {name} dataset, plus the level.")
+    model = params_model(
+        f"RG_{name}_Params", knobs, check=check, doc=f"Config fields of reasoning-gym's {name} dataset, plus the level."
+    )
     levels = _levels(name, model, presets, options)
     version = f"rg{ADAPTER_REVISION}-{importlib.metadata.version('reasoning-gym')}"
-    doc = (f"Solve a reasoning-gym `{name}` problem and submit the answer.\n\n"
-           f"{answer_instructions()}\n\n"
-           f"Imported from reasoning-gym {importlib.metadata.version('reasoning-gym')}: params are the "
-           f"dataset's config fields, levels follow its curriculum, and the reward is reasoning-gym's own "
-           f"score_answer.")
-    attrs = {"__doc__": doc, "name": spec.name, "version": version, "params_model": model, "levels": levels,
-             "__module__": __name__, "curriculum": tuple(curriculum)}
+    doc = (
+        f"Solve a reasoning-gym `{name}` problem and submit the answer.\n\n"
+        f"{answer_instructions()}\n\n"
+        f"Imported from reasoning-gym {importlib.metadata.version('reasoning-gym')}: params are the "
+        f"dataset's config fields, levels follow its curriculum, and the reward is reasoning-gym's own "
+        f"score_answer."
+    )
+    attrs = {
+        "__doc__": doc,
+        "name": spec.name,
+        "version": version,
+        "params_model": model,
+        "levels": levels,
+        "__module__": __name__,
+        "curriculum": tuple(curriculum),
+    }
     if bound is not None:
         attrs["wrong_answer_bound"] = float(bound)
     cls = type(f"ReasoningGym_{name}", (ReasoningGymBootcamp,), attrs)
@@ -135,10 +151,15 @@ class ReasoningGymBootcamp(AnswerBootcamp):
                 error = f"{type(exc).__name__}: {exc}"
                 continue
             answer = entry.get("answer")
-            return {"question": str(entry["question"]), "answer": None if answer is None else str(answer),
-                    "rg_seed": rg_seed}
-        raise ImportSourceError(f"reasoning-gym dataset {self.dataset!r} failed to generate an item for "
-                                f"{params.model_dump()} with {ATTEMPTS} seeds: {error}")
+            return {
+                "question": str(entry["question"]),
+                "answer": None if answer is None else str(answer),
+                "rg_seed": rg_seed,
+            }
+        raise ImportSourceError(
+            f"reasoning-gym dataset {self.dataset!r} failed to generate an item for "
+            f"{params.model_dump()} with {ATTEMPTS} seeds: {error}"
+        )
 
     def question(self, instance: Instance) -> str:
         return instance.data["question"]
@@ -149,8 +170,10 @@ class ReasoningGymBootcamp(AnswerBootcamp):
 
     def reference(self, instance: Instance) -> str:
         if instance.data["answer"] is None:
-            raise ImportSourceError(f"reasoning-gym dataset {self.dataset!r} gives no reference answer for its "
-                                    "items, so the imported bootcamp has no oracle")
+            raise ImportSourceError(
+                f"reasoning-gym dataset {self.dataset!r} gives no reference answer for its "
+                "items, so the imported bootcamp has no oracle"
+            )
         return instance.data["answer"]
 
     def respec(self, spec: ImportSpec, keep: typing.Sequence[int], wrong_answer_bound: float | None) -> ImportSpec:
@@ -158,9 +181,11 @@ class ReasoningGymBootcamp(AnswerBootcamp):
         if list(keep) != sorted(self.levels):
             chosen = [self.curriculum[lv - 1] for lv in keep]
             if None in chosen:
-                raise ImportSourceError(f"reasoning-gym dataset {self.dataset!r} fails at level(s) "
-                                        f"{sorted(set(self.levels) - set(keep))} and has no curriculum to take "
-                                        "other levels from")
+                raise ImportSourceError(
+                    f"reasoning-gym dataset {self.dataset!r} fails at level(s) "
+                    f"{sorted(set(self.levels) - set(keep))} and has no curriculum to take "
+                    "other levels from"
+                )
             options[CHOSEN_LEVELS] = chosen + [chosen[-1]] * max(0, MIN_LEVELS - len(chosen))
         if wrong_answer_bound is not None:
             options[BOUND_OPTION] = wrong_answer_bound
@@ -175,8 +200,9 @@ class ReasoningGymBootcamp(AnswerBootcamp):
                 self._items.move_to_end(key)
                 return hit
         with seeded_globals(rg_seed):  # whole, under the lock: codeio keeps its data on the class
-            entry = _factory().create_dataset(self.dataset, seed=rg_seed, size=1,
-                                              **source_kwargs(params, self.knobs))[0]
+            entry = _factory().create_dataset(self.dataset, seed=rg_seed, size=1, **source_kwargs(params, self.knobs))[
+                0
+            ]
         with self._lock:
             self._items[key] = entry
             while len(self._items) > _CACHE_SIZE:
@@ -211,8 +237,9 @@ def _factory() -> Any:
     try:
         import reasoning_gym.factory as factory
     except ImportError:
-        raise ImportSourceError("reasoning-gym is not installed; install the adapters extra: "
-                                "pip install 'campflow[adapters]'") from None
+        raise ImportSourceError(
+            "reasoning-gym is not installed; install the adapters extra: pip install 'campflow[adapters]'"
+        ) from None
     return factory
 
 
@@ -225,16 +252,20 @@ def _knobs(name: str, config_cls: type, options: dict[str, Any]) -> list[Knob]:
     for f in dataclasses.fields(config_cls):
         if f.name in OURS or f.name == "level" or not f.init:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
         k = knob(f.name, hints.get(f.name, f.type), default, f"reasoning-gym {name} config: {f.name}")
         if k is not None:
             knobs.append(k)
     by_name = {k.name: k for k in knobs}
     unknown = sorted(set(options) - set(by_name))
     if unknown:
-        raise ImportSourceError(f"reasoning-gym dataset {name!r} has no config field {unknown[0]!r}; "
-                                f"its fields are: {', '.join(by_name)}")
+        raise ImportSourceError(
+            f"reasoning-gym dataset {name!r} has no config field {unknown[0]!r}; its fields are: {', '.join(by_name)}"
+        )
     knobs = [dataclasses.replace(k, default=json_form(options[k.name])) if k.name in options else k for k in knobs]
     check = _checker(config_cls)
     base = source_kwargs_from(knobs, {})
@@ -251,6 +282,7 @@ def _checker(config_cls: type) -> typing.Callable[[dict[str, Any]], None]:
         config = config_cls(**kwargs, seed=0, size=1)
         if callable(getattr(config, "validate", None)):
             config.validate()
+
     return check
 
 
@@ -278,9 +310,14 @@ def _bounded(k: Knob, base: dict[str, Any], check: typing.Callable[[dict[str, An
     return dataclasses.replace(k, ge=ge)
 
 
-def _presets(name: str, factory: Any, knobs: list[Knob], options: dict[str, Any],
-             check: typing.Callable[[dict[str, Any]], None],
-             chosen: Any = None) -> tuple[list[int | None], list[dict[str, Any]]]:
+def _presets(
+    name: str,
+    factory: Any,
+    knobs: list[Knob],
+    options: dict[str, Any],
+    check: typing.Callable[[dict[str, Any]], None],
+    chosen: Any = None,
+) -> tuple[list[int | None], list[dict[str, Any]]]:
     """Difficulty presets from the curriculum (see the module docstring), options applied to each, and the
     curriculum's global level behind each (None without a curriculum).
 
@@ -307,8 +344,7 @@ def _presets(name: str, factory: Any, knobs: list[Knob], options: dict[str, Any]
         valid = [(None, {k.name: k.default for k in knobs})]
     count = min(max(len(valid), MIN_LEVELS), MAX_LEVELS)
     picked = [valid[min(round(i * (len(valid) - 1) / (count - 1)), len(valid) - 1)] for i in range(count)]
-    return ([lv for lv, _ in picked],
-            [{**p, **{k: json_form(v) for k, v in options.items()}} for _, p in picked])
+    return ([lv for lv, _ in picked], [{**p, **{k: json_form(v) for k, v in options.items()}} for _, p in picked])
 
 
 def _curriculum(factory: Any, name: str) -> tuple[Any, int, Any]:
@@ -319,39 +355,51 @@ def _curriculum(factory: Any, name: str) -> tuple[Any, int, Any]:
     return curriculum, depth, DefaultCurriculumContext(mode=RangeAttributeMode.UPPER_BOUND)
 
 
-def _chosen_presets(name: str, factory: Any, knobs: list[Knob], options: dict[str, Any],
-                    chosen: Any) -> tuple[list[int | None], list[dict[str, Any]]]:
+def _chosen_presets(
+    name: str, factory: Any, knobs: list[Knob], options: dict[str, Any], chosen: Any
+) -> tuple[list[int | None], list[dict[str, Any]]]:
     if not factory.has_curriculum(name):
         raise ImportSourceError(f"reasoning-gym dataset {name!r} has no curriculum to choose levels from")
     curriculum, depth, context = _curriculum(factory, name)
     in_range = isinstance(chosen, list) and all(isinstance(c, int) and 0 <= c < depth for c in chosen)
     if not (in_range and len(chosen) >= MIN_LEVELS):
-        raise ImportSourceError(f"{CHOSEN_LEVELS} = {chosen!r}: expected a list of at least three curriculum levels "
-                                f"between 0 and {depth - 1}")
+        raise ImportSourceError(
+            f"{CHOSEN_LEVELS} = {chosen!r}: expected a list of at least three curriculum levels "
+            f"between 0 and {depth - 1}"
+        )
     presets = []
     for level in chosen:
         curriculum.set_global_level(level)
         config = curriculum.generate_configuration({"seed": 0, "size": 1}, context)
-        presets.append({**{k.name: json_form(getattr(config, k.name)) for k in knobs},
-                        **{k: json_form(v) for k, v in options.items()}})
+        presets.append(
+            {
+                **{k.name: json_form(getattr(config, k.name)) for k in knobs},
+                **{k: json_form(v) for k, v in options.items()},
+            }
+        )
     return list(chosen), presets
 
 
 def _composite_options(options: dict[str, Any]) -> dict[str, Any]:
     """``composite``'s ``datasets`` option in the form its config takes: names become ``{name, weight, config}``."""
     datasets = options.get("datasets")
-    shape = ("each a dataset name or an object {name, weight, config}, e.g. --config 'datasets=[gcd, chain_sum]'")
+    shape = "each a dataset name or an object {name, weight, config}, e.g. --set 'datasets=[gcd, chain_sum]'"
     if datasets is None:
-        raise ImportSourceError(f"reasoning-gym's composite dataset mixes other datasets and needs them named: "
-                                f"option datasets, a list of them, {shape}")
+        raise ImportSourceError(
+            f"reasoning-gym's composite dataset mixes other datasets and needs them named: "
+            f"option datasets, a list of them, {shape}"
+        )
     if not isinstance(datasets, list) or not datasets:
         raise ImportSourceError(f"composite: datasets = {datasets!r}: expected a non-empty list, {shape}")
     items = []
     for item in datasets:
         if isinstance(item, str):
             item = {"name": item}
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or set(item) - {"name", "weight",
-                                                                                                  "config"}:
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("name"), str)
+            or set(item) - {"name", "weight", "config"}
+        ):
             raise ImportSourceError(f"composite: dataset {item!r}: expected {shape}")
         items.append({"weight": 1.0, "config": {}, **item})
     unknown = [i["name"] for i in items if i["name"] not in _factory().DATASETS or i["name"] == "composite"]
@@ -360,15 +408,18 @@ def _composite_options(options: dict[str, Any]) -> dict[str, Any]:
     return {**options, "datasets": items}
 
 
-def _levels(name: str, model: type[Params], presets: list[dict[str, Any]],
-            options: dict[str, Any]) -> dict[int, Params]:
+def _levels(
+    name: str, model: type[Params], presets: list[dict[str, Any]], options: dict[str, Any]
+) -> dict[int, Params]:
     levels: dict[int, Params] = {}
     for i, preset in enumerate(presets, start=1):
         try:
             levels[i] = model.model_validate({**preset, "level": i})
         except ValidationError as exc:
-            raise ImportSourceError(f"reasoning-gym dataset {name!r}: level {i} of its curriculum with options "
-                                    f"{options} is invalid: {explain(exc)}") from None
+            raise ImportSourceError(
+                f"reasoning-gym dataset {name!r}: level {i} of its curriculum with options "
+                f"{options} is invalid: {explain(exc)}"
+            ) from None
     return levels
 
 

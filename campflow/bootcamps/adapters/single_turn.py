@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import ConfigDict, Field
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, Observation, Params, Score, State, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    Observation,
+    Params,
+    Score,
+    State,
+    ToolArgs,
+    tool,
 )
 from campflow.errors import ImportSourceError
 
@@ -100,8 +108,10 @@ class AnswerBootcamp(Bootcamp[Params, State]):
         reward, error = self.safe_grade(instance, state.answer)
         if reward >= FULL:
             return Score(1.0, True, {})
-        details: dict[str, Any] = {"reason": "scorer_error" if error else ("partial" if reward > 0 else "mismatch"),
-                                   "submitted": state.answer[:200]}
+        details: dict[str, Any] = {
+            "reason": "scorer_error" if error else ("partial" if reward > 0 else "mismatch"),
+            "submitted": state.answer[:200],
+        }
         if error:
             details["error"] = error
         return Score(reward, False, details)
@@ -110,9 +120,11 @@ class AnswerBootcamp(Bootcamp[Params, State]):
         answer = self.reference(instance)
         reward, error = self.safe_grade(instance, answer)
         if reward < FULL:
-            raise ImportSourceError(f"{self.name}: the source's reference answer {answer[:80]!r} scores {reward:g} "
-                                    f"under its own scorer{f' ({error})' if error else ''}, so instance "
-                                    f"{instance.id} has no oracle")
+            raise ImportSourceError(
+                f"{self.name}: the source's reference answer {answer[:80]!r} scores {reward:g} "
+                f"under its own scorer{f' ({error})' if error else ''}, so instance "
+                f"{instance.id} has no oracle"
+            )
         return Action("submit", {"answer": answer})
 
     def wrong_answer(self, instance: Instance, state: State, rng: random.Random) -> Action | None:

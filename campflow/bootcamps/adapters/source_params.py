@@ -105,12 +105,15 @@ def _mapped(tp: Any, origin: Any, default: Any) -> tuple[Any, Any, Callable[[Any
         if not all(isinstance(v, _SCALARS) for v in values):
             return None
         enum_cls = tp
-        return (Literal[values],  # type: ignore[valid-type]
-                default.value if isinstance(default, enum.Enum) else default,
-                lambda v: enum_cls(v) if v is not None else None)
+        return (
+            Literal[values],  # type: ignore[valid-type]
+            default.value if isinstance(default, enum.Enum) else default,
+            lambda v: enum_cls(v) if v is not None else None,
+        )
     seq_origin = origin or (tp if tp in (list, tuple) else None)
     if seq_origin in (list, tuple, Sequence, typing.Sequence) or (
-            isinstance(seq_origin, type) and issubclass(seq_origin, (list, tuple))):
+        isinstance(seq_origin, type) and issubclass(seq_origin, (list, tuple))
+    ):
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         item: Any = args[0] if len(args) == 1 and args[0] in _SCALARS else Any
         member: Callable[[Any], Any] = _same
@@ -142,7 +145,11 @@ def _json_able(value: Any) -> bool:
 
 
 def params_model(
-    name: str, knobs: Sequence[Knob], *, doc: str, check: Callable[[dict[str, Any]], None] | None = None,
+    name: str,
+    knobs: Sequence[Knob],
+    *,
+    doc: str,
+    check: Callable[[dict[str, Any]], None] | None = None,
 ) -> type[SourceParams]:
     """A :class:`Params` subclass with one field per knob (plus ``level``).
 

@@ -50,8 +50,14 @@ LEVEL_SECONDS = 30.0
 HASH_SEEDS = ("1", "2")
 
 
-def vet_import(spec: ImportSpec, bootcamp: Bootcamp, *, cross_process: bool = True,
-               level_seconds: float = LEVEL_SECONDS, say: Callable[[str], None] | None = None) -> ImportSpec:
+def vet_import(
+    spec: ImportSpec,
+    bootcamp: Bootcamp,
+    *,
+    cross_process: bool = True,
+    level_seconds: float = LEVEL_SECONDS,
+    say: Callable[[str], None] | None = None,
+) -> ImportSpec:
     """Probe the bootcamp built from ``spec`` and return the spec to record (see the module docstring).
 
     ``say`` receives one line per note (dropped levels, a raised bound, a missing oracle).
@@ -62,25 +68,34 @@ def vet_import(spec: ImportSpec, bootcamp: Bootcamp, *, cross_process: bool = Tr
     """
     levels = sorted(bootcamp.levels)
     what = f"{spec.adapter} source {spec.source!r}"
-    probes = (_across_processes(spec, levels, level_seconds) if cross_process
-              else {lv: _in_process(what, bootcamp, lv) for lv in levels})
+    probes = (
+        _across_processes(spec, levels, level_seconds)
+        if cross_process
+        else {lv: _in_process(what, bootcamp, lv) for lv in levels}
+    )
     notes = list(getattr(bootcamp, "import_notes", ()))
     full = [f"level {lv} {p.nonsense_full[0]}" for lv, p in sorted(probes.items()) if p.nonsense_full]
     if full:
-        raise ImportSourceError(f"{what}: its scorer gives full marks to answers that are no answer ({full[0]}); "
-                                "it would reward a model for anything, so it is not imported")
+        raise ImportSourceError(
+            f"{what}: its scorer gives full marks to answers that are no answer ({full[0]}); "
+            "it would reward a model for anything, so it is not imported"
+        )
     failed = {lv: p for lv, p in probes.items() if p.failed}
     keep = [lv for lv in levels if lv not in failed]
     if not keep:
         reasons = "; ".join(f"level {lv}: {p.error}" for lv, p in sorted(failed.items()))
         slow = any(p.timed_out for p in failed.values())
-        raise ImportSourceError(f"{what}: no level generates ({reasons[:500]})"
-                                + ("; a slow generator can have more time with --level-seconds" if slow else ""))
+        raise ImportSourceError(
+            f"{what}: no level generates ({reasons[:500]})"
+            + ("; a slow generator can have more time with --level-seconds" if slow else "")
+        )
     notes += [f"level {lv} dropped: {p.error}" for lv, p in sorted(failed.items())]
     bound = _measured_bound(bootcamp, [probes[lv] for lv in keep])
     if bound is not None:
-        notes.append(f"wrong answers score up to {bound:g} here, above the declared bound "
-                     f"{bootcamp.wrong_answer_bound:g}; the bound on record is {bound:g}")
+        notes.append(
+            f"wrong answers score up to {bound:g} here, above the declared bound "
+            f"{bootcamp.wrong_answer_bound:g}; the bound on record is {bound:g}"
+        )
     notes += _reference_notes(bootcamp, probes, keep)
     if failed or bound is not None:
         if not isinstance(bootcamp, AnswerBootcamp):
@@ -88,8 +103,10 @@ def vet_import(spec: ImportSpec, bootcamp: Bootcamp, *, cross_process: bool = Tr
             raise ImportSourceError(f"{what} failed to generate level {lv}: {p.error}")
         spec = bootcamp.respec(spec, keep, bound)
     if failed:
-        notes.append(f"levels on record: {len(keep)}, renumbered from 1"
-                     + (", the last repeated to make three" if len(keep) < 3 else ""))
+        notes.append(
+            f"levels on record: {len(keep)}, renumbered from 1"
+            + (", the last repeated to make three" if len(keep) < 3 else "")
+        )
     for note in notes:
         (say or (lambda _: None))(note)
     return spec
@@ -98,9 +115,11 @@ def vet_import(spec: ImportSpec, bootcamp: Bootcamp, *, cross_process: bool = Tr
 def _across_processes(spec: ImportSpec, levels: list[int], level_seconds: float) -> dict[int, LevelProbe]:
     with ThreadPoolExecutor(2) as pool:  # the two children run side by side
         first, second = pool.map(
-            lambda run: probe_in_processes(spec, levels, PROBE_SEEDS, hash_seed=run[0], reverse=run[1],
-                                           score=run[2], level_seconds=level_seconds),
-            [(HASH_SEEDS[0], False, True), (HASH_SEEDS[1], True, False)])
+            lambda run: probe_in_processes(
+                spec, levels, PROBE_SEEDS, hash_seed=run[0], reverse=run[1], score=run[2], level_seconds=level_seconds
+            ),
+            [(HASH_SEEDS[0], False, True), (HASH_SEEDS[1], True, False)],
+        )
     for lv in levels:
         a, b = first[lv], second[lv]
         if a.failed or b.failed:  # a level that fails in either process is dropped, whichever it was
@@ -112,20 +131,26 @@ def _across_processes(spec: ImportSpec, levels: list[int], level_seconds: float)
     return first
 
 
-def _nondeterminism(spec: ImportSpec, levels: list[int], level: int, seed: int, a: LevelProbe, b: LevelProbe,
-                    level_seconds: float) -> str:
+def _nondeterminism(
+    spec: ImportSpec, levels: list[int], level: int, seed: int, a: LevelProbe, b: LevelProbe, level_seconds: float
+) -> str:
     """The refusal for an instance that differs between the two processes, with its cause told apart.
 
     A third child replays the second's plan (every level, the same order) with the first's hash seed:
     agreeing with the first, the hash seed is the cause; with the second, the order; with neither, neither.
     """
-    again = probe_in_processes(spec, levels, PROBE_SEEDS, hash_seed=HASH_SEEDS[0], reverse=True, score=False,
-                               level_seconds=level_seconds)[level]
-    where = (f"{spec.adapter} source {spec.source!r} gives another task for the same instance in another "
-             f"process (level {level}, seed {seed})")
+    again = probe_in_processes(
+        spec, levels, PROBE_SEEDS, hash_seed=HASH_SEEDS[0], reverse=True, score=False, level_seconds=level_seconds
+    )[level]
+    where = (
+        f"{spec.adapter} source {spec.source!r} gives another task for the same instance in another "
+        f"process (level {level}, seed {seed})"
+    )
     if again.digests.get(seed) == a.digests.get(seed):
-        cause = ("it depends on the hash seed (PYTHONHASHSEED 1 and 2 differ: the order of a set or dict of "
-                 "strings), which campflow cannot seed")
+        cause = (
+            "it depends on the hash seed (PYTHONHASHSEED 1 and 2 differ: the order of a set or dict of "
+            "strings), which campflow cannot seed"
+        )
     elif again.digests.get(seed) == b.digests.get(seed):
         cause = "it depends on the order instances are generated in (state kept between instances)"
     else:
@@ -139,9 +164,11 @@ def _in_process(what: str, bootcamp: Bootcamp, level: int) -> LevelProbe:
         return probe
     for seed in reversed(PROBE_SEEDS):  # again, in the other order: state kept between instances shows
         if generated(bootcamp, level, seed)[1] != probe.digests[seed]:
-            raise ImportSourceError(f"{what} gives another task for the same instance when generated again "
-                                    f"(level {level}, seed {seed}); not imported, since an instance id must always "
-                                    "mean one task")
+            raise ImportSourceError(
+                f"{what} gives another task for the same instance when generated again "
+                f"(level {level}, seed {seed}); not imported, since an instance id must always "
+                "mean one task"
+            )
     return probe
 
 
@@ -161,11 +188,15 @@ def _reference_notes(bootcamp: Bootcamp, probes: dict[int, LevelProbe], keep: li
     for lv in keep:
         p = probes[lv]
         if p.reference_failures:
-            notes.append(f"level {lv}: the source's reference answer fails its own scorer on "
-                         f"{len(p.reference_failures)} of {p.scored} probes ({p.reference_failures[0]}); the oracle "
-                         "skips such instances, the model is still scored on them")
+            notes.append(
+                f"level {lv}: the source's reference answer fails its own scorer on "
+                f"{len(p.reference_failures)} of {p.scored} probes ({p.reference_failures[0]}); the oracle "
+                "skips such instances, the model is still scored on them"
+            )
     nonsense = max((probes[lv].nonsense_max for lv in keep), default=0.0)
     if isinstance(bootcamp, AnswerBootcamp) and nonsense > bootcamp.wrong_answer_bound + 1e-9:
-        notes.append(f"answers that are no answer score up to {nonsense:g} (partial credit from the source's "
-                     "scorer; the wrong-answer policy submits the lowest-scoring one)")
+        notes.append(
+            f"answers that are no answer score up to {nonsense:g} (partial credit from the source's "
+            "scorer; the wrong-answer policy submits the lowest-scoring one)"
+        )
     return notes

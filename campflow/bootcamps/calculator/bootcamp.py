@@ -10,14 +10,30 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from campflow.bootcamps.arithmetic import evaluate, format_number
-from campflow.errors import ToolError
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, Observation, Params, Score, State, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    Observation,
+    Params,
+    Score,
+    State,
+    ToolArgs,
+    tool,
 )
+from campflow.errors import ToolError
 
 _WORLDS = [
-    ("Ada", "apples"), ("Ben", "books"), ("Chen", "coins"), ("Dara", "stamps"), ("Eli", "marbles"),
-    ("Fay", "shells"), ("Gus", "cards"), ("Hana", "pencils"), ("Ivo", "boxes"), ("June", "bottles"),
+    ("Ada", "apples"),
+    ("Ben", "books"),
+    ("Chen", "coins"),
+    ("Dara", "stamps"),
+    ("Eli", "marbles"),
+    ("Fay", "shells"),
+    ("Gus", "cards"),
+    ("Hana", "pencils"),
+    ("Ivo", "boxes"),
+    ("June", "bottles"),
 ]
 _DISTRACTORS = [
     "{other} owns {m} {things}, which play no part here.",
@@ -37,8 +53,9 @@ class CalculatorParams(Params):
 
     steps: int = Field(1, ge=1, le=8, description="arithmetic operations in the problem")
     max_operand: int = Field(20, ge=5, le=10_000, description="largest number that appears as an operand")
-    operations: str = Field("+-", pattern=r"^[+\-*/]{1,4}$",
-                            description="operators that may appear, a subset of '+-*/' without repeats")
+    operations: str = Field(
+        "+-", pattern=r"^[+\-*/]{1,4}$", description="operators that may appear, a subset of '+-*/' without repeats"
+    )
     distractors: int = Field(0, ge=0, le=3, description="irrelevant sentences with numbers in them")
 
     @field_validator("operations")
@@ -104,8 +121,15 @@ class Calculator(Bootcamp[CalculatorParams, CalculatorState]):
             text = rng.choice(_DISTRACTORS).format(other=other, m=rng.randint(2, params.max_operand), things=things)
             sentences.insert(rng.randint(1, len(sentences)), text)
         question = f"How many {items} does {name} have now?"
-        return {"story": " ".join(sentences), "question": question, "start": values[0],
-                "ops": ops, "operands": operands, "values": values, "answer": values[-1]}
+        return {
+            "story": " ".join(sentences),
+            "question": question,
+            "start": values[0],
+            "ops": ops,
+            "operands": operands,
+            "values": values,
+            "answer": values[-1],
+        }
 
     def prompt(self, instance: Instance[CalculatorParams]) -> list[dict[str, Any]]:
         d = instance.data
@@ -140,8 +164,11 @@ class Calculator(Bootcamp[CalculatorParams, CalculatorState]):
         got = state.answer
         if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-6):
             return Score(1.0, True, {"expected": expected})
-        return Score(0.0, False, {"reason": _reason(got, expected, instance.data["values"][:-1]),
-                                  "expected": expected, "submitted": got})
+        return Score(
+            0.0,
+            False,
+            {"reason": _reason(got, expected, instance.data["values"][:-1]), "expected": expected, "submitted": got},
+        )
 
     # -- oracle ----------------------------------------------------------------------------------
 

@@ -11,11 +11,27 @@ from typing import Any
 from pydantic import Field
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    NoArgs,
+    Observation,
+    Score,
+    State,
+    ToolArgs,
+    tool,
 )
 from campflow.bootcamps.calendar.schedule import (
     CalendarParams,
-    Event, apply_step, check, conflicts, describe, fmt, free_starts, generate_world, next_step,
+    Event,
+    apply_step,
+    check,
+    conflicts,
+    describe,
+    fmt,
+    free_starts,
+    generate_world,
+    next_step,
     outside_hours,
 )
 from campflow.bootcamps.demonstration import exchanges
@@ -96,10 +112,31 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
     levels = {
         1: CalendarParams(level=1, people=3, days=1, busy=3, creates=1, attendees=2),
         2: CalendarParams(level=2, people=4, days=2, busy=4, creates=1, cancels=1, attendees=3, varied_hours=True),
-        3: CalendarParams(level=3, people=5, days=3, busy=4, creates=1, moves=1, cancels=1, attendees=3,
-                          windows=True, varied_hours=True),
-        4: CalendarParams(level=4, people=6, days=3, busy=4, creates=2, moves=1, cancels=1, attendees=3,
-                          windows=True, blocker=True, varied_hours=True),
+        3: CalendarParams(
+            level=3,
+            people=5,
+            days=3,
+            busy=4,
+            creates=1,
+            moves=1,
+            cancels=1,
+            attendees=3,
+            windows=True,
+            varied_hours=True,
+        ),
+        4: CalendarParams(
+            level=4,
+            people=6,
+            days=3,
+            busy=4,
+            creates=2,
+            moves=1,
+            cancels=1,
+            attendees=3,
+            windows=True,
+            blocker=True,
+            varied_hours=True,
+        ),
     }
 
     # -- instruction generation -----------------------------------------------------------------
@@ -110,8 +147,7 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
     def prompt(self, instance: Instance[CalendarParams]) -> list[dict[str, Any]]:
         d = instance.data
         hours = ", ".join(f"{n} {fmt(a)}-{fmt(b)}" for n, (a, b) in d["people"].items())
-        return self.chat(f"Calendar days: {', '.join(d['days'])}. Working hours: {hours}.\n"
-                         f"Requests:\n{d['text']}")
+        return self.chat(f"Calendar days: {', '.join(d['days'])}. Working hours: {hours}.\nRequests:\n{d['text']}")
 
     def new_state(self, instance: Instance[CalendarParams]) -> CalendarState:
         # The identity's own event dicts, not copies: the tools replace an event's dict on every change
@@ -129,9 +165,14 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
         """List events, optionally only one day's or one person's, in time order."""
         day = _day(instance, args.day) if args.day.strip() else None
         person = _people(instance, [args.person])[0] if args.person.strip() else None
-        rows = sorted((e for e in state.events.values() if (day is None or e["day"] == day)
-                       and (person is None or person in e["attendees"])),
-                      key=lambda e: (instance.data["days"].index(e["day"]), e["start"], e["id"]))
+        rows = sorted(
+            (
+                e
+                for e in state.events.values()
+                if (day is None or e["day"] == day) and (person is None or person in e["attendees"])
+            ),
+            key=lambda e: (instance.data["days"].index(e["day"]), e["start"], e["id"]),
+        )
         return Observation("\n".join(describe(e) for e in rows) if rows else "No events.")
 
     @tool
@@ -142,8 +183,9 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
         starts = free_starts(instance.data, state.events, people, day, duration)
         if not starts:
             return Observation(f"No free {duration}-minute slot on {day} for {', '.join(people)}.")
-        return Observation(f"Free {duration}-minute starts on {day} for {', '.join(people)}: "
-                           + ", ".join(fmt(s) for s in starts))
+        return Observation(
+            f"Free {duration}-minute starts on {day} for {', '.join(people)}: " + ", ".join(fmt(s) for s in starts)
+        )
 
     @tool
     def create_event(self, instance: Instance, state: CalendarState, args: CreateArgs) -> Observation:
@@ -154,9 +196,14 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
         people, day = _people(instance, args.attendees), _day(instance, args.day)
         start, duration = _time(args.start), _duration(args.duration)
         _fits_day(start, duration)
-        state.next_id = apply_step(state.events, ("create_event", {"title": title, "attendees": people, "day": day,
-                                                                   "start": fmt(start), "duration": duration}),
-                                   state.next_id)
+        state.next_id = apply_step(
+            state.events,
+            (
+                "create_event",
+                {"title": title, "attendees": people, "day": day, "start": fmt(start), "duration": duration},
+            ),
+            state.next_id,
+        )
         e = state.events[f"e{state.next_id - 1}"]
         return Observation(f"Created {describe(e)}." + _warnings(instance, state, e))
 
@@ -227,8 +274,14 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
             if not shown:
                 return Action("find_free_slots", slots)
             starts = [_time(t) for t in re.findall(r"\d{2}:\d{2}", shown[-1].split(": ", 1)[-1])]
-            clear = [s for s in starts if not any(r["days"][0] == a["day"] and s < r["start"] + r["duration"]
-                                                  and r["start"] < s + length for r in fixed)]
+            clear = [
+                s
+                for s in starts
+                if not any(
+                    r["days"][0] == a["day"] and s < r["start"] + r["duration"] and r["start"] < s + length
+                    for r in fixed
+                )
+            ]
             if _time(a["start"]) not in starts and clear:
                 return Action("move_event", {**a, "start": fmt(clear[0])})
         return action
@@ -254,8 +307,10 @@ class Calendar(Bootcamp[CalendarParams, CalendarState]):
         if check(instance.data, state.events)[0] is not None:
             return Action("done", {})
         person, day = rng.choice(sorted(instance.data["people"])), rng.choice(instance.data["days"])
-        return Action("create_event", {"title": "Coffee chat", "attendees": [person], "day": day,
-                                       "start": "12:00", "duration": 30})
+        return Action(
+            "create_event",
+            {"title": "Coffee chat", "attendees": [person], "day": day, "start": "12:00", "duration": 30},
+        )
 
 
 _CHANGES = ("create_event", "move_event", "cancel_event")
@@ -268,7 +323,9 @@ def _same_title(request: dict[str, Any], title: str) -> bool:
 def _day(instance: Instance, raw: str) -> str:
     key = raw.strip()[:3].title()
     if key not in instance.data["days"] or len(raw.strip()) > 12:
-        raise ToolError(f"day {clip(raw, 40)!r} is not on this calendar; expected one of {', '.join(instance.data['days'])}")
+        raise ToolError(
+            f"day {clip(raw, 40)!r} is not on this calendar; expected one of {', '.join(instance.data['days'])}"
+        )
     return key
 
 
@@ -305,8 +362,10 @@ def _duration(value: int) -> int:
 
 def _fits_day(start: int, duration: int) -> None:
     if start + duration > 24 * 60:
-        raise ToolError(f"an event from {fmt(start)} lasting {duration} minutes would end after midnight; "
-                        "expected it to end by 24:00")
+        raise ToolError(
+            f"an event from {fmt(start)} lasting {duration} minutes would end after midnight; "
+            "expected it to end by 24:00"
+        )
 
 
 def _event(state: CalendarState, raw: str) -> Event:
@@ -320,8 +379,12 @@ def _event(state: CalendarState, raw: str) -> Event:
 
 def _warnings(instance: Instance, state: CalendarState, e: Event) -> str:
     """What a calendar app would point out: clashes and hours outside someone's working day."""
-    notes = [f" Warning: overlaps {other['id']} {other['title']!r} for {p}."
-             for other, p in conflicts(state.events, e["attendees"], e["day"], e["start"], e["end"], skip=e["id"])]
-    notes += [f" Warning: outside {p}'s working hours." for p in
-              outside_hours(instance.data["people"], e["attendees"], e["start"], e["end"])]
+    notes = [
+        f" Warning: overlaps {other['id']} {other['title']!r} for {p}."
+        for other, p in conflicts(state.events, e["attendees"], e["day"], e["start"], e["end"], skip=e["id"])
+    ]
+    notes += [
+        f" Warning: outside {p}'s working hours."
+        for p in outside_hours(instance.data["people"], e["attendees"], e["start"], e["end"])
+    ]
     return "".join(notes)

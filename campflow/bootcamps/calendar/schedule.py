@@ -19,8 +19,20 @@ from campflow.errors import InvalidParamsError
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri")
 NAMES = ("Ana", "Bo", "Cy", "Dee", "Eli", "Fen", "Gil", "Hal")
-TOPICS = ("Budget", "Hiring", "Roadmap", "Design", "Launch", "Security", "Pricing", "Support", "Data", "Vendor",
-          "Training", "Quarterly")
+TOPICS = (
+    "Budget",
+    "Hiring",
+    "Roadmap",
+    "Design",
+    "Launch",
+    "Security",
+    "Pricing",
+    "Support",
+    "Data",
+    "Vendor",
+    "Training",
+    "Quarterly",
+)
 KINDS = ("review", "sync", "planning", "workshop", "check-in", "retro")
 WINDOWS = {"morning": (0, 12 * 60), "afternoon": (13 * 60, 24 * 60)}
 WINDOW_TEXT = {"morning": "ending by 12:00", "afternoon": "starting at 13:00 or later"}
@@ -64,11 +76,17 @@ def describe(e: Event) -> str:
     return f"{e['id']} {e['day']} {fmt(e['start'])}-{fmt(e['end'])} {e['title']!r} ({', '.join(e['attendees'])})"
 
 
-def conflicts(events: dict[str, Event], attendees: list[str], day: str, start: int, end: int,
-              skip: str | None = None) -> list[tuple[Event, str]]:
+def conflicts(
+    events: dict[str, Event], attendees: list[str], day: str, start: int, end: int, skip: str | None = None
+) -> list[tuple[Event, str]]:
     """Events (with the attendee they share) that overlap ``[start, end)`` on ``day``."""
-    return [(e, p) for e in events.values() if e["id"] != skip and e["day"] == day
-            and e["start"] < end and start < e["end"] for p in attendees if p in e["attendees"]]
+    return [
+        (e, p)
+        for e in events.values()
+        if e["id"] != skip and e["day"] == day and e["start"] < end and start < e["end"]
+        for p in attendees
+        if p in e["attendees"]
+    ]
 
 
 def outside_hours(hours: dict[str, list[int]], attendees: list[str], start: int, end: int) -> list[str]:
@@ -76,16 +94,27 @@ def outside_hours(hours: dict[str, list[int]], attendees: list[str], start: int,
     return [p for p in attendees if start < hours[p][0] or end > hours[p][1]]
 
 
-def free_starts(data: dict[str, Any], events: dict[str, Event], attendees: list[str], day: str, duration: int,
-                skip: str | None = None, window: str | None = None, step: int = GRID) -> list[int]:
+def free_starts(
+    data: dict[str, Any],
+    events: dict[str, Event],
+    attendees: list[str],
+    day: str,
+    duration: int,
+    skip: str | None = None,
+    window: str | None = None,
+    step: int = GRID,
+) -> list[int]:
     """Start times on ``day`` where every attendee is at work and free for ``duration`` minutes."""
     hours = data["people"]
     lo = max(hours[p][0] for p in attendees)
     hi = min(hours[p][1] for p in attendees)
     if window is not None:
         lo, hi = max(lo, WINDOWS[window][0]), min(hi, WINDOWS[window][1])
-    busy = sorted((e["start"], e["end"]) for e in events.values() if e["id"] != skip and e["day"] == day
-                  and any(p in e["attendees"] for p in attendees))
+    busy = sorted(
+        (e["start"], e["end"])
+        for e in events.values()
+        if e["id"] != skip and e["day"] == day and any(p in e["attendees"] for p in attendees)
+    )
     out, t = [], -(-lo // step) * step
     while t + duration <= hi:
         if all(t + duration <= s or t >= f for s, f in busy):
@@ -140,8 +169,9 @@ def check(data: dict[str, Any], events: dict[str, Event]) -> tuple[str | None, d
     extra = sorted(set(new) - matched)
     if extra:
         return "extra_event", {"events": extra}
-    changed = sorted(i for i, e in initial.items()
-                     if i not in allowed and events.get(i) is not e and events.get(i) != e)
+    changed = sorted(
+        i for i, e in initial.items() if i not in allowed and events.get(i) is not e and events.get(i) != e
+    )
     if changed:
         return "changed_other", {"events": changed}
     agenda: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
@@ -197,8 +227,13 @@ def next_step(data: dict[str, Any], events: dict[str, Event]) -> tuple[str, dict
             return "cancel_event", {"event_id": i}
     for i, was in initial.items():  # put back what a wrong step displaced
         e = events.get(i)
-        if i not in touched and e is not None and e is not was and e != was and not conflicts(
-                events, was["attendees"], was["day"], was["start"], was["end"], skip=i):
+        if (
+            i not in touched
+            and e is not None
+            and e is not was
+            and e != was
+            and not conflicts(events, was["attendees"], was["day"], was["start"], was["end"], skip=i)
+        ):
             return "move_event", {"event_id": i, "day": was["day"], "start": fmt(was["start"])}
     for r in data["requests"]:
         if r["kind"] == "cancel" and r["id"] in events:
@@ -217,20 +252,27 @@ def next_step(data: dict[str, Any], events: dict[str, Event]) -> tuple[str, dict
 
 def _placed(e: Event, day: str, events: dict[str, Event], hours: dict[str, list[int]]) -> bool:
     """Whether ``e`` sits on ``day`` inside its attendees' hours, clashing with nothing."""
-    return (e["day"] == day and not outside_hours(hours, e["attendees"], e["start"], e["end"])
-            and not conflicts(events, e["attendees"], e["day"], e["start"], e["end"], skip=e["id"]))
+    return (
+        e["day"] == day
+        and not outside_hours(hours, e["attendees"], e["start"], e["end"])
+        and not conflicts(events, e["attendees"], e["day"], e["start"], e["end"], skip=e["id"])
+    )
 
 
-def _create_step(data: dict[str, Any], events: dict[str, Event], r: dict[str, Any],
-                 found: list[Event]) -> tuple[str, dict[str, Any]] | None:
+def _create_step(
+    data: dict[str, Any], events: dict[str, Event], r: dict[str, Any], found: list[Event]
+) -> tuple[str, dict[str, Any]] | None:
     hours = data["people"]
     fixed = r.get("start") is not None
     blocker = events.get(r["movable"]) if fixed else None
     if found:
         e = found[0]
         # A misplaced meeting is cancelled and made again; a fixed one stays, its blocker moves next.
-        if _create_problem(r, e, hours) or not fixed and conflicts(events, e["attendees"], e["day"], e["start"],
-                                                                   e["end"], skip=e["id"]):
+        if (
+            _create_problem(r, e, hours)
+            or not fixed
+            and conflicts(events, e["attendees"], e["day"], e["start"], e["end"], skip=e["id"])
+        ):
             return "cancel_event", {"event_id": e["id"]}
     day = r["days"][0]
     if blocker is not None:
@@ -238,19 +280,35 @@ def _create_step(data: dict[str, Any], events: dict[str, Event], r: dict[str, An
         slot = {"_new": {"id": "_new", "attendees": blocker["attendees"], "day": day, "start": start, "end": end}}
         if not _placed(blocker, day, {**events, **slot}, hours):
             # Move the blocker where it hits neither the new meeting nor anything else.
-            starts = free_starts(data, {**events, **slot}, blocker["attendees"], day,
-                                 blocker["end"] - blocker["start"], skip=blocker["id"])
+            starts = free_starts(
+                data,
+                {**events, **slot},
+                blocker["attendees"],
+                day,
+                blocker["end"] - blocker["start"],
+                skip=blocker["id"],
+            )
             return ("move_event", {"event_id": blocker["id"], "day": day, "start": fmt(starts[0])}) if starts else None
     if found:
         return None
     if fixed:
-        return "create_event", {"title": r["title"], "attendees": r["attendees"], "day": day,
-                                "start": fmt(r["start"]), "duration": r["duration"]}
+        return "create_event", {
+            "title": r["title"],
+            "attendees": r["attendees"],
+            "day": day,
+            "start": fmt(r["start"]),
+            "duration": r["duration"],
+        }
     for day in r["days"]:
         starts = free_starts(data, events, r["attendees"], day, r["duration"], window=r.get("window"))
         if starts:
-            return "create_event", {"title": r["title"], "attendees": r["attendees"], "day": day,
-                                    "start": fmt(starts[0]), "duration": r["duration"]}
+            return "create_event", {
+                "title": r["title"],
+                "attendees": r["attendees"],
+                "day": day,
+                "start": fmt(starts[0]),
+                "duration": r["duration"],
+            }
     return None
 
 
@@ -266,8 +324,14 @@ def apply_step(events: dict[str, Event], step: tuple[str, dict[str, Any]], next_
     else:
         h, m = map(int, a["start"].split(":"))
         eid = f"e{next_id}"
-        events[eid] = {"id": eid, "title": a["title"], "attendees": list(a["attendees"]), "day": a["day"],
-                       "start": h * 60 + m, "end": h * 60 + m + a["duration"]}
+        events[eid] = {
+            "id": eid,
+            "title": a["title"],
+            "attendees": list(a["attendees"]),
+            "day": a["day"],
+            "start": h * 60 + m,
+            "end": h * 60 + m + a["duration"],
+        }
         return next_id + 1
     return next_id
 
@@ -282,15 +346,21 @@ def generate_world(p: CalendarParams, rng: random.Random) -> dict[str, Any]:
         data = _draw(p, rng)
         if data is not None:
             return data
-    raise InvalidParamsError(f"calendar: no calendar in {MAX_DRAWS} draws had room for these requests; expected "
-                             "params with fewer attendees, requests or busy hours")
+    raise InvalidParamsError(
+        f"calendar: no calendar in {MAX_DRAWS} draws had room for these requests; expected "
+        "params with fewer attendees, requests or busy hours"
+    )
 
 
 def _draw(p: CalendarParams, rng: random.Random) -> dict[str, Any] | None:
     names = sorted(rng.sample(NAMES, p.people), key=NAMES.index)
     days = list(DAYS[: p.days])
-    people = {n: [rng.choice([480, 510, 540, 570, 600]), rng.choice([960, 990, 1020, 1050, 1080])]
-              if p.varied_hours else [540, 1020] for n in names}  # 08:00-10:00 starts, 16:00-18:00 ends
+    people = {
+        n: [rng.choice([480, 510, 540, 570, 600]), rng.choice([960, 990, 1020, 1050, 1080])]
+        if p.varied_hours
+        else [540, 1020]
+        for n in names
+    }  # 08:00-10:00 starts, 16:00-18:00 ends
     titles = [f"{t} {k}" for t in TOPICS for k in KINDS]
     rng.shuffle(titles)
     fresh = [titles.pop() for _ in range(p.creates + int(p.blocker))]  # titles no existing event has
@@ -316,13 +386,26 @@ def _draw(p: CalendarParams, rng: random.Random) -> dict[str, Any] | None:
             for n in group:
                 taken[n, day].append((start, start + dur))
             eid = f"e{len(events) + 1}"
-            events[eid] = {"id": eid, "title": titles.pop(), "attendees": group, "day": day, "start": start,
-                           "end": start + dur}
+            events[eid] = {
+                "id": eid,
+                "title": titles.pop(),
+                "attendees": group,
+                "day": day,
+                "start": start,
+                "end": start + dur,
+            }
     return _add_requests(p, rng, names, days, people, events, fresh)
 
 
-def _add_requests(p: CalendarParams, rng: random.Random, names: list[str], days: list[str], people: dict[str, list[int]],
-                  events: dict[str, Event], fresh: list[str]) -> dict[str, Any] | None:
+def _add_requests(
+    p: CalendarParams,
+    rng: random.Random,
+    names: list[str],
+    days: list[str],
+    people: dict[str, list[int]],
+    events: dict[str, Event],
+    fresh: list[str],
+) -> dict[str, Any] | None:
     """Requests drawn one at a time, each kept only if the planner can carry it out after the ones before.
 
     The planner handles requests in order and never undoes a finished one, so checking each against
@@ -357,11 +440,27 @@ def _add_requests(p: CalendarParams, rng: random.Random, names: list[str], days:
                 continue
             start, owner = rng.choice(starts), rng.choice(group)
             eid = f"e{len(events) + 1}"
-            events[eid] = work[eid] = {"id": eid, "title": f"Focus time ({owner})", "attendees": [owner], "day": day,
-                                       "start": start, "end": start + dur}
+            events[eid] = work[eid] = {
+                "id": eid,
+                "title": f"Focus time ({owner})",
+                "attendees": [owner],
+                "day": day,
+                "start": start,
+                "end": start + dur,
+            }
             next_id = len(events) + 1
-            if keep({"kind": "create", "title": fresh[-1], "duration": dur, "attendees": group, "days": [day],
-                     "window": None, "start": start, "movable": eid}):
+            if keep(
+                {
+                    "kind": "create",
+                    "title": fresh[-1],
+                    "duration": dur,
+                    "attendees": group,
+                    "days": [day],
+                    "window": None,
+                    "start": start,
+                    "movable": eid,
+                }
+            ):
                 fresh.pop()
                 break
             del events[eid], work[eid]
@@ -374,10 +473,14 @@ def _add_requests(p: CalendarParams, rng: random.Random, names: list[str], days:
         for _ in range(count):
             for _ in range(10):
                 if kind == "create":
-                    request = {"kind": "create", "title": fresh[-1], "duration": rng.choice([30, 45, 60, 90]),
-                               "attendees": sorted(rng.sample(names, p.attendees), key=names.index),
-                               "days": sorted(rng.sample(days, min(len(days), rng.choice([1, 2]))), key=days.index),
-                               "window": rng.choice([None, "morning", "afternoon"]) if p.windows else None}
+                    request = {
+                        "kind": "create",
+                        "title": fresh[-1],
+                        "duration": rng.choice([30, 45, 60, 90]),
+                        "attendees": sorted(rng.sample(names, p.attendees), key=names.index),
+                        "days": sorted(rng.sample(days, min(len(days), rng.choice([1, 2]))), key=days.index),
+                        "window": rng.choice([None, "morning", "afternoon"]) if p.windows else None,
+                    }
                 elif not pool:
                     return None
                 else:
@@ -392,8 +495,13 @@ def _add_requests(p: CalendarParams, rng: random.Random, names: list[str], days:
                     rng.shuffle(pool)
             else:
                 return None
-    data = {"days": days, "people": people, "events": list(events.values()), "requests": requests,
-            "text": _goal_text(requests, events)}
+    data = {
+        "days": days,
+        "people": people,
+        "events": list(events.values()),
+        "requests": requests,
+        "text": _goal_text(requests, events),
+    }
     return data if check(data, work)[0] is None else None
 
 
@@ -415,8 +523,11 @@ def _goal_text(requests: list[dict[str, Any]], events: dict[str, Event]) -> str:
             lines.append(f"Move {r['title']!r} to {r['day']}, at any time that works; keep its length and attendees.")
         else:
             who = ", ".join(r["attendees"])
-            when = f"on {r['days'][0]} at {fmt(r['start'])}" if r.get("start") is not None else \
-                "on " + " or ".join(r["days"]) + (f", {WINDOW_TEXT[r['window']]}" if r.get("window") else "")
+            when = (
+                f"on {r['days'][0]} at {fmt(r['start'])}"
+                if r.get("start") is not None
+                else "on " + " or ".join(r["days"]) + (f", {WINDOW_TEXT[r['window']]}" if r.get("window") else "")
+            )
             line = f"Schedule {r['title']!r} for {r['duration']} minutes with {who} {when}."
             if r.get("movable"):
                 m = events[r["movable"]]

@@ -21,8 +21,11 @@ _THEMES = [  # title, unit, categories (months keep their order; the rest are sh
     ("Museum visitors", "thousands", "Oslo Lima Kyiv Doha Rome Pune Cork Nice", "Spring|Summer|Autumn"),
     ("Team budget", "k$", "Design Sales Legal Ops Data Support HR Labs", "Plan|Actual|Forecast"),
 ]
-_FOOTNOTES = ["Source: survey of {a:,} households, {b}.", "Figures revised on {b}-{c:02d}-01; {a:,} records checked.",
-              "Sample of {a:,} responses collected in {b}."]
+_FOOTNOTES = [
+    "Source: survey of {a:,} households, {b}.",
+    "Figures revised on {b}-{c:02d}-01; {a:,} records checked.",
+    "Sample of {a:,} responses collected in {b}.",
+]
 
 
 class CalculateArgs(ToolArgs):
@@ -70,11 +73,26 @@ class Chart(Bootcamp[ChartParams, ChartState]):
     levels = {
         1: ChartParams(level=1, kind="bar", categories=4, questions=("difference", "sum")),
         2: ChartParams(level=2, kind="pie", categories=5, questions=("difference", "sum", "ratio"), tolerance=0.01),
-        3: ChartParams(level=3, kind="line", categories=6, series=2, decimals=1, footnote=True,
-                       questions=("difference", "ratio", "range", "series_difference")),
-        4: ChartParams(level=4, kind="bar", categories=6, series=3, value_labels=False, gridlines=True,
-                       footnote=True, tolerance=0.02,
-                       questions=("difference", "ratio", "range", "total", "series_difference")),
+        3: ChartParams(
+            level=3,
+            kind="line",
+            categories=6,
+            series=2,
+            decimals=1,
+            footnote=True,
+            questions=("difference", "ratio", "range", "series_difference"),
+        ),
+        4: ChartParams(
+            level=4,
+            kind="bar",
+            categories=6,
+            series=3,
+            value_labels=False,
+            gridlines=True,
+            footnote=True,
+            tolerance=0.02,
+            questions=("difference", "ratio", "range", "total", "series_difference"),
+        ),
     }
 
     # -- instruction generation -----------------------------------------------------------------
@@ -92,20 +110,33 @@ class Chart(Bootcamp[ChartParams, ChartState]):
         question, expression = _question(kind, categories, series, rng)
         footnote = None
         if params.footnote:
-            footnote = rng.choice(_FOOTNOTES).format(a=rng.randint(120, 9800), b=rng.randint(2015, 2024),
-                                                     c=rng.randint(1, 12))
-        return {"title": f"{title} ({unit})", "kind": params.kind, "categories": categories, "series": series,
-                "axis": {"max": axis_max, "step": step}, "footnote": footnote, "question_kind": kind,
-                "question": question, "expression": expression,
-                "answer": float(f"{evaluate(expression):.10g}"), "image_size": [params.width, params.height]}
+            footnote = rng.choice(_FOOTNOTES).format(
+                a=rng.randint(120, 9800), b=rng.randint(2015, 2024), c=rng.randint(1, 12)
+            )
+        return {
+            "title": f"{title} ({unit})",
+            "kind": params.kind,
+            "categories": categories,
+            "series": series,
+            "axis": {"max": axis_max, "step": step},
+            "footnote": footnote,
+            "question_kind": kind,
+            "question": question,
+            "expression": expression,
+            "answer": float(f"{evaluate(expression):.10g}"),
+            "image_size": [params.width, params.height],
+        }
 
     def prompt(self, instance: Instance[ChartParams]) -> list[dict[str, Any]]:
         d = instance.data
         shown = "the image" if instance.params.observation == "image" else "the data table below"
-        caption = (f"Question about the {d['kind']} chart in {shown}: {d['question']} "
-                   "Use `calculate` for the arithmetic and `submit` the number.")
-        return self.chat(user_content(instance.params.observation, caption, lambda: render(instance),
-                                      lambda: describe(instance)))
+        caption = (
+            f"Question about the {d['kind']} chart in {shown}: {d['question']} "
+            "Use `calculate` for the arithmetic and `submit` the number."
+        )
+        return self.chat(
+            user_content(instance.params.observation, caption, lambda: render(instance), lambda: describe(instance))
+        )
 
     # -- tools -----------------------------------------------------------------------------------
 
@@ -120,8 +151,10 @@ class Chart(Bootcamp[ChartParams, ChartState]):
     def submit(self, instance: Instance, state: ChartState, args: SubmitArgs) -> Observation:
         """Submit the final numeric answer. This ends the episode."""
         if not math.isfinite(args.answer) or abs(args.answer) > MAX_MAGNITUDE:
-            raise ToolError(f"answer {args.answer!r} is not a number a chart could give; expected a finite "
-                            f"number within +-{MAX_MAGNITUDE:.0e}")
+            raise ToolError(
+                f"answer {args.answer!r} is not a number a chart could give; expected a finite "
+                f"number within +-{MAX_MAGNITUDE:.0e}"
+            )
         state.answer = args.answer
         return Observation(f"Submitted {format_number(args.answer)}.", final=True)
 
@@ -136,8 +169,11 @@ class Chart(Bootcamp[ChartParams, ChartState]):
             return Score(1.0, True, {"expected": expected})
         numbers = [float(t) for t in instance.data["expression"].split(" ")[::2]]
         a, b = numbers if len(numbers) == 2 else (math.nan, math.nan)  # operators only confuse two values
-        for reason, values in (("sign", [-expected]), ("misread", _misreads(instance)),
-                               ("wrong_operation", [a + b, a - b, b - a, a * b, a / b, b / a])):
+        for reason, values in (  # noqa: B007 -- the reason that matched is read after the loop
+            ("sign", [-expected]),
+            ("misread", _misreads(instance)),
+            ("wrong_operation", [a + b, a - b, b - a, a * b, a / b, b / a]),
+        ):
             if any(math.isclose(got, v, rel_tol=max(tol, 1e-9)) for v in values):
                 break
         else:
@@ -169,8 +205,11 @@ class Chart(Bootcamp[ChartParams, ChartState]):
         # a misread value where one lands outside the tolerance, else an answer 25-50% off (every answer is
         # positive, so that lies outside any allowed tolerance) or of the wrong sign
         misreads = [v for v in _misreads(instance) if abs(v - answer) > 2 * tol * answer and v > 0]
-        wrong = rng.choice(misreads) if misreads and rng.random() < 0.5 else \
-            answer * rng.choice([0.5, 0.75, 1.25, 1.5, -1.0])
+        wrong = (
+            rng.choice(misreads)
+            if misreads and rng.random() < 0.5
+            else answer * rng.choice([0.5, 0.75, 1.25, 1.5, -1.0])
+        )
         return Action("submit", {"answer": float(f"{wrong:.10g}")})
 
 
@@ -186,7 +225,7 @@ def _axis(params: ChartParams) -> tuple[float, float]:
 
 def _values(params: ChartParams, top: float, step: float, rng: random.Random) -> list[list[float]]:
     """Values per series: multiples of half a gridline step without labels, else of 10**-decimals."""
-    grain = step / 2 if not params.value_labels else 10.0 ** -params.decimals
+    grain = step / 2 if not params.value_labels else 10.0**-params.decimals
     high = int(params.max_value / grain)
     low = max(1, int(high * (0.4 if params.kind == "pie" else 0.1)))  # pie slices stay wide enough for labels
     # points of different line series at one category keep apart so their labels do not overlap
@@ -195,7 +234,7 @@ def _values(params: ChartParams, top: float, step: float, rng: random.Random) ->
     for _ in range(params.categories):
         for _attempt in range(50):
             column = [rng.randint(low, high) for _ in range(params.series)]
-            if all(abs(a - b) >= gap for i, a in enumerate(column) for b in column[i + 1:]):
+            if all(abs(a - b) >= gap for i, a in enumerate(column) for b in column[i + 1 :]):
                 break
         else:  # evenly spread fallback, reached only with very crowded params
             column = [low + (high - low) * (i + 1) // (params.series + 1) for i in range(params.series)]
@@ -211,13 +250,13 @@ def _misreads(instance: Instance) -> list[float]:
         for delta in (-step, -step / 2, step / 2, step):
             value = float(tokens[i]) + delta
             if value > 0:  # no bar, point or slice is read below zero
-                out.append(evaluate(" ".join([*tokens[:i], format_number(value), *tokens[i + 1:]])))
+                out.append(evaluate(" ".join([*tokens[:i], format_number(value), *tokens[i + 1 :]])))
     return out
 
 
 def _askable(values: list[list[float]]) -> bool:
     """Whether each series has two different values and every two series differ somewhere."""
-    return all(len(set(s)) > 1 for s in values) and all(a != b for i, a in enumerate(values) for b in values[i + 1:])
+    return all(len(set(s)) > 1 for s in values) and all(a != b for i, a in enumerate(values) for b in values[i + 1 :])
 
 
 def _question(kind: str, categories: list[str], series: list[dict[str, Any]], rng: random.Random) -> tuple[str, str]:
@@ -234,13 +273,17 @@ def _question(kind: str, categories: list[str], series: list[dict[str, Any]], rn
         return f"What is the value of {a} divided by the value of {b}{where}?", f"{f(v[a])} / {f(v[b])}"
     if kind == "sum":
         named = rng.sample(categories, rng.randint(2, min(3, len(categories))))
-        return (f"What is the sum of the values of {', '.join(named[:-1])} and {named[-1]}{where}?",
-                " + ".join(f(v[c]) for c in named))
+        return (
+            f"What is the sum of the values of {', '.join(named[:-1])} and {named[-1]}{where}?",
+            " + ".join(f(v[c]) for c in named),
+        )
     if kind == "total":
         return f"What is the total of all values{where}?", " + ".join(f(x) for x in s["values"])
     if kind == "range":
-        return (f"What is the largest value minus the smallest value{where}?",
-                f"{f(max(s['values']))} - {f(min(s['values']))}")
+        return (
+            f"What is the largest value minus the smallest value{where}?",
+            f"{f(max(s['values']))} - {f(min(s['values']))}",
+        )
     a_series, b_series = rng.sample(series, 2)
     pairs = [(c, x, y) for c, x, y in zip(categories, a_series["values"], b_series["values"]) if x != y]
     c, x, y = rng.choice(pairs)

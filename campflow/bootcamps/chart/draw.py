@@ -43,8 +43,9 @@ class ChartParams(VisionParams):
     gridlines: bool = Field(False, description="draw horizontal gridlines (bar and line charts)")
     max_value: int = Field(100, ge=10, le=1000, description="largest value a data point may take")
     decimals: int = Field(0, ge=0, le=1, description="decimal places of the values (needs value labels)")
-    questions: tuple[QuestionKind, ...] = Field(("difference",), min_length=1, max_length=6,
-                                                description="question kinds to draw from")
+    questions: tuple[QuestionKind, ...] = Field(
+        ("difference",), min_length=1, max_length=6, description="question kinds to draw from"
+    )
     tolerance: float = Field(0.01, ge=0.0, le=0.2, description="relative error an answer may have")
     footnote: bool = Field(False, description="add a footnote with numbers that play no part")
     width: int = Field(640, ge=360, le=1024, description="image width in pixels")
@@ -63,19 +64,19 @@ class ChartParams(VisionParams):
         if "series_difference" in self.questions and self.series < 2:
             raise ValueError("question series_difference compares two series; expected series >= 2")
         if self.kind == "bar" and self.value_labels and _bar_width(self) < 18:
-            raise ValueError(f"bars would be {_bar_width(self)} px wide, too narrow for value labels; expected "
-                             "fewer categories or series, or a wider image")
+            raise ValueError(
+                f"bars would be {_bar_width(self)} px wide, too narrow for value labels; expected "
+                "fewer categories or series, or a wider image"
+            )
         if self.kind == "pie" and self.width // self.series < 180:
             raise ValueError(f"{self.series} pies need a width of at least {180 * self.series} px")
         return self
-
 
 
 def num(value: float) -> float:
     """A value as it appears in the identity: an int when whole, else rounded to one decimal."""
     value = round(value, 1)
     return int(value) if value == int(value) else value
-
 
 
 # -- drawing ------------------------------------------------------------------------------------------
@@ -138,15 +139,22 @@ def _draw_axes_chart(image: Image.Image, p: ChartParams, d: dict[str, Any]) -> N
     for s_i, s in enumerate(d["series"]):
         points = [(x0 + group * (i + 0.5), y_of(v)) for i, v in enumerate(s["values"])]
         draw.line(points, fill=_SERIES_RGB[s_i], width=2)
-        for (x, y) in points:
+        for x, y in points:
             draw.ellipse((x - 4, y - 4, x + 4, y + 4), fill=_SERIES_RGB[s_i])
     if p.value_labels:  # after all lines, so no line is drawn over a label
         for s in d["series"]:
             for i, v in enumerate(s["values"]):
                 x, y = x0 + group * (i + 0.5), y_of(v)
                 below = _label_below(d["series"], s["values"], i)
-                draw_text(image, (x, y + 8 if below else y - 8), format_number(v), 11, _INK,
-                          "mt" if below else "mb", stroke=_WHITE)
+                draw_text(
+                    image,
+                    (x, y + 8 if below else y - 8),
+                    format_number(v),
+                    11,
+                    _INK,
+                    "mt" if below else "mb",
+                    stroke=_WHITE,
+                )
 
 
 def _label_below(series: list[dict[str, Any]], values: list[float], i: int) -> bool:
@@ -154,7 +162,7 @@ def _label_below(series: list[dict[str, Any]], values: list[float], i: int) -> b
     others sit at least 30 px higher), or a lone series' valley, where the lines leave upwards."""
     if len(series) > 1:
         return values[i] == min(s["values"][i] for s in series)
-    neighbours = values[max(0, i - 1): i] + values[i + 1: i + 2]
+    neighbours = values[max(0, i - 1) : i] + values[i + 1 : i + 2]
     return all(n > values[i] for n in neighbours)
 
 
@@ -176,16 +184,25 @@ def _draw_pies(image: Image.Image, p: ChartParams, d: dict[str, Any]) -> None:
             sweep = 360 * v / total
             draw.pieslice((cx - r, cy - r, cx + r, cy + r), angle, angle + sweep, fill=_SLICE_RGB[c_i], outline=_WHITE)
             mid = math.radians(angle + sweep / 2)
-            draw_text(image, (cx + 0.62 * r * math.cos(mid), cy + 0.62 * r * math.sin(mid)), format_number(v), 12,
-                      _WHITE, "mm", stroke=_INK)
+            draw_text(
+                image,
+                (cx + 0.62 * r * math.cos(mid), cy + 0.62 * r * math.sin(mid)),
+                format_number(v),
+                12,
+                _WHITE,
+                "mm",
+                stroke=_INK,
+            )
             angle += sweep
 
 
 def describe(instance: Instance[ChartParams]) -> str:
     """The text-mode chart: its kind, title and every drawn value as a table, plus the footnote."""
     d = instance.data
-    lines = [f"A {d['kind']} chart titled \"{d['title']}\". Its data, as drawn:",
-             " | ".join(["category", *[s["name"] for s in d["series"]]])]
+    lines = [
+        f'A {d["kind"]} chart titled "{d["title"]}". Its data, as drawn:',
+        " | ".join(["category", *[s["name"] for s in d["series"]]]),
+    ]
     for i, cat in enumerate(d["categories"]):
         lines.append(" | ".join([cat, *[format_number(s["values"][i]) for s in d["series"]]]))
     if d["footnote"]:

@@ -10,12 +10,26 @@ from typing import Any
 from pydantic import Field
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    NoArgs,
+    Observation,
+    Score,
+    State,
+    ToolArgs,
+    tool,
 )
 from campflow.bootcamps.demonstration import exchanges
 from campflow.bootcamps.filesystem.tree import (
+    MAX_CONTENT_CHARS,
+    ROOT,
     FilesystemParams,
-    MAX_CONTENT_CHARS, ROOT, Tree, basename, generate_task, parent, resolve,
+    Tree,
+    basename,
+    generate_task,
+    parent,
+    resolve,
     shown,
 )
 from campflow.errors import ToolError
@@ -82,12 +96,32 @@ class Filesystem(Bootcamp[FilesystemParams, FilesystemState]):
     state_model = FilesystemState
     levels = {
         1: FilesystemParams(level=1, moves=1, files_per_rule=3, bystanders=2, protected=1),
-        2: FilesystemParams(level=2, moves=1, deletes=1, files_per_rule=3, bystanders=3, protected=2,
-                            prefilled=True),
-        3: FilesystemParams(level=3, moves=2, deletes=1, renames=1, files_per_rule=3, summary=True, nested=True,
-                            bystanders=4, protected=3, traps=True),
-        4: FilesystemParams(level=4, moves=3, deletes=2, renames=1, files_per_rule=4, summary=True, nested=True,
-                            bystanders=6, protected=4, traps=True, prefilled=True),
+        2: FilesystemParams(level=2, moves=1, deletes=1, files_per_rule=3, bystanders=3, protected=2, prefilled=True),
+        3: FilesystemParams(
+            level=3,
+            moves=2,
+            deletes=1,
+            renames=1,
+            files_per_rule=3,
+            summary=True,
+            nested=True,
+            bystanders=4,
+            protected=3,
+            traps=True,
+        ),
+        4: FilesystemParams(
+            level=4,
+            moves=3,
+            deletes=2,
+            renames=1,
+            files_per_rule=4,
+            summary=True,
+            nested=True,
+            bystanders=6,
+            protected=4,
+            traps=True,
+            prefilled=True,
+        ),
     }
 
     # -- instruction generation -----------------------------------------------------------------
@@ -96,8 +130,9 @@ class Filesystem(Bootcamp[FilesystemParams, FilesystemState]):
         return generate_task(params, rng)
 
     def prompt(self, instance: Instance[FilesystemParams]) -> list[dict[str, Any]]:
-        return self.chat(f"Tidy up the workspace at {ROOT}:\n{instance.data['goal']}\n"
-                         "Call done when everything is in order.")
+        return self.chat(
+            f"Tidy up the workspace at {ROOT}:\n{instance.data['goal']}\nCall done when everything is in order."
+        )
 
     def new_state(self, instance: Instance[FilesystemParams]) -> FilesystemState:
         d = instance.data
@@ -160,8 +195,9 @@ class Filesystem(Bootcamp[FilesystemParams, FilesystemState]):
         path = resolve(args.path)
         was_folder = state.tree.is_dir(path)
         count = state.tree.remove(path, args.recursive)
-        return Observation(f"Deleted folder {shown(path)} and {count} file(s) in it." if was_folder
-                           else f"Deleted {shown(path)}.")
+        return Observation(
+            f"Deleted folder {shown(path)} and {count} file(s) in it." if was_folder else f"Deleted {shown(path)}."
+        )
 
     @tool(final=True)
     def done(self, instance: Instance, state: FilesystemState, args: NoArgs) -> Observation:
@@ -222,7 +258,9 @@ class Filesystem(Bootcamp[FilesystemParams, FilesystemState]):
                 return Action("mv", {"source": here, "destination": b})
         return Action("done", {})
 
-    def demonstrate(self, instance: Instance, state: FilesystemState, transcript: Sequence[Mapping[str, Any]]) -> Action:
+    def demonstrate(
+        self, instance: Instance, state: FilesystemState, transcript: Sequence[Mapping[str, Any]]
+    ) -> Action:
         """No file name is in the prompt: list every folder first (from the root down, through the
         subfolders each listing shows), then act as the oracle does, on names those listings showed."""
         listed, found = set(), [""]
@@ -240,8 +278,11 @@ class Filesystem(Bootcamp[FilesystemParams, FilesystemState]):
         a = dict(action.arguments)
         tree = state.tree
         if action.name == "mv":
-            wrong = [x for x in sorted(tree.dirs) if x not in (parent(a["destination"]), parent(a["source"]),
-                                                               a["destination"])]
+            wrong = [
+                x
+                for x in sorted(tree.dirs)
+                if x not in (parent(a["destination"]), parent(a["source"]), a["destination"])
+            ]
             return Action("mv", {"source": a["source"], "destination": rng.choice(wrong)}) if wrong else action
         if action.name == "rm":
             others = [b for b in instance.data["bystanders"] if b in tree.files]

@@ -26,16 +26,31 @@ _COMPONENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")  # the whole name 
 
 # Move groups: destination folder, extensions, name stems.
 MOVE_GROUPS: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
-    ("photos", ("png", "gif", "jpg"), ("beach", "sunset", "family", "puppy", "garden", "skyline", "portrait",
-                                       "snowman", "harbor", "picnic")),
-    ("documents", ("pdf", "docx"), ("invoice", "contract", "resume", "letter", "manual", "receipt", "lease",
-                                    "minutes", "agenda", "memo")),
-    ("music", ("mp3", "wav", "flac"), ("song", "demo", "podcast", "chorus", "lullaby", "anthem", "ballad",
-                                       "remix", "jingle", "overture")),
-    ("code", ("py", "js"), ("main", "parser", "server", "client", "scraper", "builder", "loader", "router",
-                            "worker", "linter")),
-    ("sheets", ("csv", "xlsx"), ("sales", "inventory", "grades", "expenses", "contacts", "survey", "payroll",
-                                 "budget", "roster", "ledger")),
+    (
+        "photos",
+        ("png", "gif", "jpg"),
+        ("beach", "sunset", "family", "puppy", "garden", "skyline", "portrait", "snowman", "harbor", "picnic"),
+    ),
+    (
+        "documents",
+        ("pdf", "docx"),
+        ("invoice", "contract", "resume", "letter", "manual", "receipt", "lease", "minutes", "agenda", "memo"),
+    ),
+    (
+        "music",
+        ("mp3", "wav", "flac"),
+        ("song", "demo", "podcast", "chorus", "lullaby", "anthem", "ballad", "remix", "jingle", "overture"),
+    ),
+    (
+        "code",
+        ("py", "js"),
+        ("main", "parser", "server", "client", "scraper", "builder", "loader", "router", "worker", "linter"),
+    ),
+    (
+        "sheets",
+        ("csv", "xlsx"),
+        ("sales", "inventory", "grades", "expenses", "contacts", "survey", "payroll", "budget", "roster", "ledger"),
+    ),
 ]
 DELETE_EXTS: dict[str, tuple[str, ...]] = {
     "tmp": ("cache", "session", "swap", "scratch", "upload"),
@@ -50,8 +65,20 @@ RENAMES: list[tuple[str, str, tuple[str, ...]]] = [
     ("yml", "yaml", ("config", "compose", "pipeline", "deploy", "schema")),
     ("text", "txt", ("draft", "outline", "poem", "quotes", "recipe")),
 ]
-BYSTANDERS = ("todo", "ideas", "journal", "shopping", "birthdays", "passwords-hint", "reading", "goals",
-              "packing", "wishlist", "chores", "movies")
+BYSTANDERS = (
+    "todo",
+    "ideas",
+    "journal",
+    "shopping",
+    "birthdays",
+    "passwords-hint",
+    "reading",
+    "goals",
+    "packing",
+    "wishlist",
+    "chores",
+    "movies",
+)
 BYSTANDER_EXTS = ("txt", "md", "json", "ini", "rtf")
 PROTECTED = ("config", "boot", "kernel", "drivers", "firmware", "registry", "license", "hosts")
 NESTED = ("old", "2023", "misc")
@@ -91,10 +118,9 @@ def resolve(raw: str, what: str = "path") -> str:
     if len(text) > MAX_PATH_CHARS:
         raise ToolError(f"{what} {shown!r} is {len(text)} characters long; expected at most {MAX_PATH_CHARS}")
     if text == ROOT or text.startswith(ROOT + "/"):
-        text = text[len(ROOT):]
+        text = text[len(ROOT) :]
     elif text.startswith("/") or text.startswith("~"):
-        raise ToolError(f"{what} {shown!r} is outside the workspace; expected a path under {ROOT}/ "
-                        "or relative to it")
+        raise ToolError(f"{what} {shown!r} is outside the workspace; expected a path under {ROOT}/ or relative to it")
     parts = [p for p in text.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise ToolError(f"{what} {shown!r} contains '..'; expected a path inside {ROOT} without '..'")
@@ -102,8 +128,10 @@ def resolve(raw: str, what: str = "path") -> str:
         raise ToolError(f"{what} {shown!r} is {len(parts)} folders deep; expected at most {MAX_DEPTH}")
     for p in parts:
         if not _COMPONENT.fullmatch(p):
-            raise ToolError(f"{what} {shown!r} has a bad name {p[:40]!r}; expected letters, digits and . _ - "
-                            "(at most 64 characters, not starting with '.')")
+            raise ToolError(
+                f"{what} {shown!r} has a bad name {p[:40]!r}; expected letters, digits and . _ - "
+                "(at most 64 characters, not starting with '.')"
+            )
     return "/".join(parts)
 
 
@@ -193,17 +221,21 @@ class Tree:
         # what mkdir and write refuse, mv refuses too, for the moved path and everything under it
         depth = target.count("/") + 1 + max((p.count("/") - src.count("/") for p in sub_dirs + sub_files), default=0)
         if depth > MAX_DEPTH:
-            raise ToolError(f"moving {_brief(src)!r} to {_brief(target)!r} would make a path {depth} folders deep; "
-                            f"expected at most {MAX_DEPTH}")
+            raise ToolError(
+                f"moving {_brief(src)!r} to {_brief(target)!r} would make a path {depth} folders deep; "
+                f"expected at most {MAX_DEPTH}"
+            )
         longest = len(target) + max((len(p) - len(src) for p in sub_dirs + sub_files), default=0)
         if longest > MAX_PATH_CHARS:
-            raise ToolError(f"moving {_brief(src)!r} to {_brief(target)!r} would make a path {longest} characters "
-                            f"long; expected at most {MAX_PATH_CHARS}")
+            raise ToolError(
+                f"moving {_brief(src)!r} to {_brief(target)!r} would make a path {longest} characters "
+                f"long; expected at most {MAX_PATH_CHARS}"
+            )
         if src in self.dirs:
             self.dirs -= {src, *sub_dirs}
-            self.dirs |= {target, *(target + d[len(src):] for d in sub_dirs)}
+            self.dirs |= {target, *(target + d[len(src) :] for d in sub_dirs)}
             for f in sub_files:
-                self.files[target + f[len(src):]] = self.files.pop(f)
+                self.files[target + f[len(src) :]] = self.files.pop(f)
         else:
             self.files[target] = self.files.pop(src)
         return target
@@ -219,8 +251,10 @@ class Tree:
             raise ToolError(f"{shown(path)!r} does not exist")
         sub_dirs, sub_files = self.under(path)
         if (sub_dirs or sub_files) and not recursive:
-            raise ToolError(f"folder {shown(path)!r} is not empty ({len(sub_files)} file(s)); "
-                            "pass recursive=true to delete it with its contents")
+            raise ToolError(
+                f"folder {shown(path)!r} is not empty ({len(sub_files)} file(s)); "
+                "pass recursive=true to delete it with its contents"
+            )
         self.dirs -= {path, *sub_dirs}
         for f in sub_files:
             del self.files[f]
@@ -256,15 +290,19 @@ def generate_task(p: FilesystemParams, rng: random.Random) -> dict[str, Any]:
 
     rules: list[dict[str, Any]] = []
     for dest, exts, stems in groups:
-        pairs = [(src, f"{dest}/{basename(src)}") for src in
-                 (new_file(rng.choice(folders), stems, rng.choice(exts)) for _ in range(p.files_per_rule))]
+        pairs = [
+            (src, f"{dest}/{basename(src)}")
+            for src in (new_file(rng.choice(folders), stems, rng.choice(exts)) for _ in range(p.files_per_rule))
+        ]
         rules.append({"kind": "move", "exts": list(exts), "dest": dest, "pairs": [list(x) for x in pairs]})
     for ext in delete_exts:
         paths = [new_file(rng.choice(folders), DELETE_EXTS[ext], ext) for _ in range(p.files_per_rule)]
         rules.append({"kind": "delete", "exts": [ext], "paths": paths})
     for src_ext, dst_ext, stems in renames:
-        pairs = [(src, src[: -len(src_ext)] + dst_ext) for src in
-                 (new_file(rng.choice(folders), stems, src_ext) for _ in range(p.files_per_rule))]
+        pairs = [
+            (src, src[: -len(src_ext)] + dst_ext)
+            for src in (new_file(rng.choice(folders), stems, src_ext) for _ in range(p.files_per_rule))
+        ]
         rules.append({"kind": "rename", "exts": [src_ext], "to": dst_ext, "pairs": [list(x) for x in pairs]})
     rule_exts = {e for r in rules for e in r["exts"]} | {r["to"] for r in rules if r["kind"] == "rename"}
 
@@ -284,23 +322,30 @@ def generate_task(p: FilesystemParams, rng: random.Random) -> dict[str, Any]:
     protected = [new_file("system", PROTECTED, rng.choice(trap_exts)) for _ in range(p.protected)]
 
     summary = _summary(rules, bystanders) if p.summary else None
-    return {"files": files, "dirs": sorted(dirs), "rules": rules, "protected": protected,
-            "bystanders": sorted(bystanders), "summary": summary,
-            "goal": _goal_text(rules, summary, p.nested)}
+    return {
+        "files": files,
+        "dirs": sorted(dirs),
+        "rules": rules,
+        "protected": protected,
+        "bystanders": sorted(bystanders),
+        "summary": summary,
+        "goal": _goal_text(rules, summary, p.nested),
+    }
 
 
 def _summary(rules: list[dict[str, Any]], bystanders: list[str]) -> dict[str, Any]:
     """What report.txt must list: deleted names if anything is deleted, else the first move's folder."""
     deleted = [basename(x) for r in rules if r["kind"] == "delete" for x in r["paths"]]
     if deleted:
-        return {"path": "report.txt", "lines": sorted(deleted),
-                "text": "the names of all the files you deleted"}
+        return {"path": "report.txt", "lines": sorted(deleted), "text": "the names of all the files you deleted"}
     move = next((r for r in rules if r["kind"] == "move"), None)
     if move is not None:
-        names = [basename(d) for _, d in move["pairs"]] + [basename(b) for b in bystanders
-                                                           if parent(b) == move["dest"]]
-        return {"path": "report.txt", "lines": sorted(names),
-                "text": f"the names of all the files in {move['dest']}/ once you are done"}
+        names = [basename(d) for _, d in move["pairs"]] + [basename(b) for b in bystanders if parent(b) == move["dest"]]
+        return {
+            "path": "report.txt",
+            "lines": sorted(names),
+            "text": f"the names of all the files in {move['dest']}/ once you are done",
+        }
     renamed = [basename(d) for r in rules if r["kind"] == "rename" for _, d in r["pairs"]]
     return {"path": "report.txt", "lines": sorted(renamed), "text": "the new names of the files you renamed"}
 
@@ -315,15 +360,20 @@ def _goal_text(rules: list[dict[str, Any]], summary: dict[str, Any] | None, nest
     lines = []
     for r in rules:
         if r["kind"] == "move":
-            lines.append(f"Move every {_ext_list(r['exts'])} file in {where} directly into {r['dest']}/ "
-                         "(create the folder if it is missing).")
+            lines.append(
+                f"Move every {_ext_list(r['exts'])} file in {where} directly into {r['dest']}/ "
+                "(create the folder if it is missing)."
+            )
         elif r["kind"] == "delete":
             lines.append(f"Delete every {_ext_list(r['exts'])} file in {where}.")
         else:
-            lines.append(f"Rename every .{r['exts'][0]} file in {where} to end in .{r['to']} instead, "
-                         "keeping it in its folder.")
+            lines.append(
+                f"Rename every .{r['exts'][0]} file in {where} to end in .{r['to']} instead, keeping it in its folder."
+            )
     if summary is not None:
-        lines.append(f"Then write {summary['path']} in the workspace root listing {summary['text']} "
-                     "(names only, no folders), sorted alphabetically, one per line.")
+        lines.append(
+            f"Then write {summary['path']} in the workspace root listing {summary['text']} "
+            "(names only, no folders), sorted alphabetically, one per line."
+        )
     lines.append("Never change, move or delete anything in system/, and leave every other file as it is.")
     return "\n".join(f"- {line}" for line in lines)

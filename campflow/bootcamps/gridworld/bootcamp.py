@@ -12,7 +12,18 @@ from pydantic import Field
 
 from campflow.bootcamps.base import Action, Bootcamp, Instance, NoArgs, Observation, Score, ToolArgs, tool
 from campflow.bootcamps.gridworld.view import (
-    COLORS, FLOOR, STEPS, WALL, GridworldParams, GridworldState, Node, describe, door_at, image_size, key_here, render,
+    COLORS,
+    FLOOR,
+    STEPS,
+    WALL,
+    GridworldParams,
+    GridworldState,
+    Node,
+    describe,
+    door_at,
+    image_size,
+    key_here,
+    render,
 )
 from campflow.bootcamps.rendering import observe, user_content
 from campflow.errors import ToolError
@@ -53,8 +64,9 @@ class Gridworld(Bootcamp[GridworldParams, GridworldState]):
         1: GridworldParams(level=1, width=6, height=6, wall_density=0.1, cell_px=40),
         2: GridworldParams(level=2, width=8, height=8, wall_density=0.2, doors=1, cell_px=32),
         3: GridworldParams(level=3, width=10, height=9, wall_density=0.2, doors=2, spare_keys=1, cell_px=28),
-        4: GridworldParams(level=4, width=13, height=11, wall_density=0.25, doors=3, spare_keys=2, cell_px=24,
-                           show_coordinates=False),
+        4: GridworldParams(
+            level=4, width=13, height=11, wall_density=0.25, doors=3, spare_keys=2, cell_px=24, show_coordinates=False
+        ),
     }
 
     # -- instruction generation -----------------------------------------------------------------
@@ -71,9 +83,14 @@ class Gridworld(Bootcamp[GridworldParams, GridworldState]):
             pos = rng.choice([c for r in rooms[: i + 1 if i < params.doors else None] for c in r if c not in taken])
             taken.add(pos)
             keys.append({"color": color, "pos": list(pos)})
-        data = {"grid": ["".join(row) for row in grid], "start": list(start), "goal": list(goal), "keys": keys,
-                "doors": [{"color": colors[i], "pos": list(pos)} for i, pos in enumerate(doors)],
-                "image_size": list(image_size(params))}
+        data = {
+            "grid": ["".join(row) for row in grid],
+            "start": list(start),
+            "goal": list(goal),
+            "keys": keys,
+            "doors": [{"color": colors[i], "pos": list(pos)} for i, pos in enumerate(doors)],
+            "image_size": list(image_size(params)),
+        }
         data["shortest"] = len(_plan(_layout_of(data), (*start, 0, 0)))
         return data
 
@@ -82,8 +99,9 @@ class Gridworld(Bootcamp[GridworldParams, GridworldState]):
         w, h = instance.data["image_size"]
         shown = f"an image of {w}x{h} pixels" if p.observation == "image" else "a text map"
         caption = f"The grid is {p.width} cells wide and {p.height} tall, shown as {shown}. Reach the goal and submit."
-        return self.chat(user_content(p.observation, caption, lambda: render(instance, state),
-                                      lambda: describe(instance, state)))
+        return self.chat(
+            user_content(p.observation, caption, lambda: render(instance, state), lambda: describe(instance, state))
+        )
 
     def new_state(self, instance: Instance[GridworldParams]) -> GridworldState:
         x, y = instance.data["start"]
@@ -107,8 +125,10 @@ class Gridworld(Bootcamp[GridworldParams, GridworldState]):
         if instance.data["grid"][ny][nx] == WALL:
             raise ToolError(f"cannot move {args.direction} from ({state.x}, {state.y}): ({nx}, {ny}) is a wall")
         if door is not None and door not in state.opened:
-            raise ToolError(f"cannot move {args.direction} from ({state.x}, {state.y}): the {door} door at "
-                            f"({nx}, {ny}) is locked; `unlock` it while carrying the {door} key")
+            raise ToolError(
+                f"cannot move {args.direction} from ({state.x}, {state.y}): the {door} door at "
+                f"({nx}, {ny}) is locked; `unlock` it while carrying the {door} key"
+            )
         state.x, state.y, state.moves = nx, ny, state.moves + 1
         return self._show(instance, state, f"Moved {args.direction}.")
 
@@ -127,8 +147,10 @@ class Gridworld(Bootcamp[GridworldParams, GridworldState]):
         nx, ny = _neighbor(state, args.direction)
         door = door_at(instance, nx, ny)
         if door is None:
-            raise ToolError(f"there is no door {args.direction} of ({state.x}, {state.y}); "
-                            "expected a direction towards a door next to you")
+            raise ToolError(
+                f"there is no door {args.direction} of ({state.x}, {state.y}); "
+                "expected a direction towards a door next to you"
+            )
         if door in state.opened:
             raise ToolError(f"the {door} door at ({nx}, {ny}) is already open; expected a locked door")
         if door not in state.held:
@@ -143,8 +165,9 @@ class Gridworld(Bootcamp[GridworldParams, GridworldState]):
         return Observation(f"Submitted at ({state.x}, {state.y}).", final=True)
 
     def _show(self, instance: Instance, state: GridworldState, caption: str) -> Observation:
-        return observe(instance.params.observation, caption, lambda: render(instance, state),
-                       lambda: describe(instance, state))
+        return observe(
+            instance.params.observation, caption, lambda: render(instance, state), lambda: describe(instance, state)
+        )
 
     # -- reward ----------------------------------------------------------------------------------
 
@@ -207,8 +230,12 @@ def _carve(params: GridworldParams, rng: random.Random) -> tuple[list[list[str]]
         doors.append((x, y))
         keep |= {(x - 1, y), (x + 1, y)}  # the cells either side of a door stay open
         x += 1
-    inner = [(x, y) for y in range(1, h - 1) for x in range(1, w - 1)
-             if grid[y][x] == FLOOR and (x, y) not in keep and (x, y) not in doors]
+    inner = [
+        (x, y)
+        for y in range(1, h - 1)
+        for x in range(1, w - 1)
+        if grid[y][x] == FLOOR and (x, y) not in keep and (x, y) not in doors
+    ]
     rng.shuffle(inner)
     budget = int(len(inner) * params.wall_density)
     for x, y in inner:
@@ -248,8 +275,12 @@ class _Layout:
 
 def _layout_of(data: Any) -> _Layout:
     n = len(data["doors"])
-    return _Layout(tuple(data["grid"]), tuple(data["goal"]), tuple(tuple(k["pos"]) for k in data["keys"][:n]),
-                   tuple(tuple(d["pos"]) for d in data["doors"]))
+    return _Layout(
+        tuple(data["grid"]),
+        tuple(data["goal"]),
+        tuple(tuple(k["pos"]) for k in data["keys"][:n]),
+        tuple(tuple(d["pos"]) for d in data["doors"]),
+    )
 
 
 def _node(instance: Instance, state: GridworldState) -> Node:

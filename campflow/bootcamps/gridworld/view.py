@@ -17,12 +17,24 @@ STEPS: dict[str, tuple[int, int]] = {"north": (0, -1), "south": (0, 1), "east": 
 WALL, FLOOR, GOAL, OPEN_DOOR, AGENT = "#", ".", "*", "/", "@"
 # Key and door colours (green is the goal's) and their letters on the map: keys lowercase, locked doors
 # uppercase. The image is drawn from that same map, so both modes show the same facts.
-COLORS: dict[str, tuple[int, int, int]] = {"red": (214, 39, 40), "blue": (31, 100, 200), "yellow": (235, 185, 0),
-                                           "purple": (140, 70, 190), "orange": (245, 125, 10)}
+COLORS: dict[str, tuple[int, int, int]] = {
+    "red": (214, 39, 40),
+    "blue": (31, 100, 200),
+    "yellow": (235, 185, 0),
+    "purple": (140, 70, 190),
+    "orange": (245, 125, 10),
+}
 LETTERS = {"red": "r", "blue": "b", "yellow": "y", "purple": "p", "orange": "o"}
 # Frame palette: 0 floor, 1 wall, 2 grid line, 3 ink, 4 goal, 5 status bar, 6+ key and door colours.
-_PALETTE = [(255, 255, 255), (70, 70, 80), (215, 215, 220), (20, 20, 20), (46, 160, 67), (238, 238, 242),
-            *COLORS.values()]
+_PALETTE = [
+    (255, 255, 255),
+    (70, 70, 80),
+    (215, 215, 220),
+    (20, 20, 20),
+    (46, 160, 67),
+    (238, 238, 242),
+    *COLORS.values(),
+]
 _INK = {letter: 6 + i for i, letter in enumerate(LETTERS.values())}
 _BAR_PX = 22
 Node = tuple[int, int, int, int]  # the planner's state: x, y, bitmask of door keys held, bitmask of doors open
@@ -42,8 +54,9 @@ class GridworldParams(VisionParams):
     @model_validator(mode="after")
     def _rooms_fit(self) -> GridworldParams:
         if self.width < 3 * self.doors + 4:
-            raise ValueError(f"width {self.width} is too narrow for {self.doors} door(s); "
-                             f"expected width >= {3 * self.doors + 4}")
+            raise ValueError(
+                f"width {self.width} is too narrow for {self.doors} door(s); expected width >= {3 * self.doors + 4}"
+            )
         return self
 
 
@@ -68,7 +81,6 @@ class GridworldState(State):
     moves: int = 0
 
 
-
 # -- world queries ---------------------------------------------------------------------------------
 
 
@@ -79,8 +91,10 @@ def door_at(instance: Instance, x: int, y: int) -> str | None:
 
 def key_here(instance: Instance, state: GridworldState) -> str | None:
     """The colour of a key lying where the agent stands (not yet picked up), or None."""
-    return next((k["color"] for k in instance.data["keys"]
-                 if k["pos"] == [state.x, state.y] and k["color"] not in state.held), None)
+    return next(
+        (k["color"] for k in instance.data["keys"] if k["pos"] == [state.x, state.y] and k["color"] not in state.held),
+        None,
+    )
 
 
 # -- observations -------------------------------------------------------------------------------------
@@ -91,8 +105,9 @@ def _map(instance: Instance, state: GridworldState) -> list[list[str]]:
     rows = [list(r) for r in instance.data["grid"]]
     rows[instance.data["goal"][1]][instance.data["goal"][0]] = GOAL
     for door in instance.data["doors"]:
-        rows[door["pos"][1]][door["pos"][0]] = OPEN_DOOR if door["color"] in state.opened else \
-            LETTERS[door["color"]].upper()
+        rows[door["pos"][1]][door["pos"][0]] = (
+            OPEN_DOOR if door["color"] in state.opened else LETTERS[door["color"]].upper()
+        )
     for key in instance.data["keys"]:
         if key["color"] not in state.held:
             rows[key["pos"][1]][key["pos"][0]] = LETTERS[key["color"]]
@@ -153,8 +168,9 @@ def _draw_board(instance: Instance) -> Image.Image:
             center_text(draw, (0, m + y * cell, m, m + (y + 1) * cell), str(y), 11, 3)
     draw.rectangle((m, m, right, bottom), outline=2)
     u, (gx, gy) = cell / 16, instance.data["goal"]
-    draw.rectangle((m + gx * cell + 2 * u, m + gy * cell + 2 * u, m + gx * cell + 14 * u - 1,
-                    m + gy * cell + 14 * u - 1), fill=4)
+    draw.rectangle(
+        (m + gx * cell + 2 * u, m + gy * cell + 2 * u, m + gx * cell + 14 * u - 1, m + gy * cell + 14 * u - 1), fill=4
+    )
     return image
 
 

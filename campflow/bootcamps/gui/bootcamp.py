@@ -9,7 +9,18 @@ from pydantic import Field
 
 from campflow.bootcamps.base import Action, Bootcamp, Instance, NoArgs, Observation, Score, ToolArgs, tool
 from campflow.bootcamps.gui.screen import (
-    FONT, FOOTER, HEADER, GuiParams, GuiState, describe, inside, layout, on_screen, option_boxes, render, widgets_by_id,
+    FONT,
+    FOOTER,
+    HEADER,
+    GuiParams,
+    GuiState,
+    describe,
+    inside,
+    layout,
+    on_screen,
+    option_boxes,
+    render,
+    widgets_by_id,
 )
 from campflow.bootcamps.messages import clip
 from campflow.bootcamps.rendering import observe, text_width, user_content
@@ -67,10 +78,20 @@ class Gui(Bootcamp[GuiParams, GuiState]):
     levels = {
         1: GuiParams(level=1, fields=3, targets=2, kinds="tc"),
         2: GuiParams(level=2, fields=5, targets=3, kinds="tcd", options=4, decoy_buttons=1),
-        3: GuiParams(level=3, fields=8, targets=4, kinds="tcd", options=6, prefilled=True, decoy_buttons=2,
-                     screen_height=360),
-        4: GuiParams(level=4, fields=12, targets=6, kinds="tcd", options=8, prefilled=True, decoy_buttons=3,
-                     screen_width=440, screen_height=300),
+        3: GuiParams(
+            level=3, fields=8, targets=4, kinds="tcd", options=6, prefilled=True, decoy_buttons=2, screen_height=360
+        ),
+        4: GuiParams(
+            level=4,
+            fields=12,
+            targets=6,
+            kinds="tcd",
+            options=8,
+            prefilled=True,
+            decoy_buttons=3,
+            screen_width=440,
+            screen_height=300,
+        ),
     }
 
     # -- instruction generation -----------------------------------------------------------------
@@ -80,8 +101,14 @@ class Gui(Bootcamp[GuiParams, GuiState]):
 
     def prompt(self, instance: Instance[GuiParams]) -> list[dict[str, Any]]:
         state = self.new_state(instance)
-        return self.chat(user_content(instance.params.observation, instance.data["goal"],
-                                      lambda: render(instance, state), lambda: describe(instance, state)))
+        return self.chat(
+            user_content(
+                instance.params.observation,
+                instance.data["goal"],
+                lambda: render(instance, state),
+                lambda: describe(instance, state),
+            )
+        )
 
     def new_state(self, instance: Instance[GuiParams]) -> GuiState:
         return GuiState(values={w["id"]: w["initial"] for w in instance.data["widgets"]})
@@ -98,8 +125,9 @@ class Gui(Bootcamp[GuiParams, GuiState]):
         w, h = instance.data["image_size"]
         for axis, value, size in (("x", args.x, w), ("y", args.y, h)):
             if not 0 <= value < size:
-                raise ToolError(f"{axis} = {value} is off the screen; expected 0 <= {axis} < {size} "
-                                f"(the screen is {w}x{h})")
+                raise ToolError(
+                    f"{axis} = {value} is off the screen; expected 0 <= {axis} < {size} (the screen is {w}x{h})"
+                )
         if state.open is not None:
             dropdown = widgets_by_id(instance)[state.open]
             state.open = None
@@ -126,13 +154,17 @@ class Gui(Bootcamp[GuiParams, GuiState]):
             raise ToolError("no text field has focus; click a text field first")
         widget = widgets_by_id(instance)[state.focus]
         if not args.text.isprintable():
-            raise ToolError(f"text {clip(args.text, 43)!r} holds a line break or control character; "
-                            "expected one line of printable text")
+            raise ToolError(
+                f"text {clip(args.text, 43)!r} holds a line break or control character; "
+                "expected one line of printable text"
+            )
         room = widget["box"][2] - widget["box"][0] - 16
         # the length test first, so a huge text is refused before anything measures it
         if len(args.text) * 4 > room or text_width(args.text, FONT) > room:
-            raise ToolError(f"text {clip(args.text, 43)!r} ({len(args.text)} characters) is wider than the "
-                            f"\"{widget['label']}\" field; expected at most about {room // 8} characters")
+            raise ToolError(
+                f"text {clip(args.text, 43)!r} ({len(args.text)} characters) is wider than the "
+                f'"{widget["label"]}" field; expected at most about {room // 8} characters'
+            )
         state.values[widget["id"]] = args.text
         return Observation(f'The "{widget["label"]}" field now reads "{args.text}".')
 
@@ -153,8 +185,12 @@ class Gui(Bootcamp[GuiParams, GuiState]):
     def screenshot(self, instance: Instance, state: GuiState, args: NoArgs) -> Observation:
         """Show the current screen."""
         state.seen = True
-        return observe(instance.params.observation, "The current screen:", lambda: render(instance, state),
-                       lambda: describe(instance, state))
+        return observe(
+            instance.params.observation,
+            "The current screen:",
+            lambda: render(instance, state),
+            lambda: describe(instance, state),
+        )
 
     @tool(final=True)
     def submit(self, instance: Instance, state: GuiState, args: NoArgs) -> Observation:
@@ -174,8 +210,9 @@ class Gui(Bootcamp[GuiParams, GuiState]):
         state.open, state.seen = widget["id"], False
         return Observation(f'Opened the "{label}" list. Take a screenshot to see its options.')
 
-    def _press(self, instance: Instance, state: GuiState, button: dict[str, Any] | None,
-               args: ClickArgs) -> Observation:
+    def _press(
+        self, instance: Instance, state: GuiState, button: dict[str, Any] | None, args: ClickArgs
+    ) -> Observation:
         if button is None:
             state.focus = None
             return Observation(f"Nothing to click at ({args.x}, {args.y}).")
@@ -194,16 +231,18 @@ class Gui(Bootcamp[GuiParams, GuiState]):
     def score(self, instance: Instance, state: GuiState, transcript: Any) -> Score:
         targets, widgets = instance.data["targets"], widgets_by_id(instance)
         wrong = [i for i, v in targets.items() if state.values[i] != v]
-        changed = [w["id"] for w in instance.data["widgets"]
-                   if w["id"] not in targets and state.values[w["id"]] != w["initial"]]
+        changed = [
+            w["id"]
+            for w in instance.data["widgets"]
+            if w["id"] not in targets and state.values[w["id"]] != w["initial"]
+        ]
         details = {"wrong": [widgets[i]["label"] for i in wrong], "changed": [widgets[i]["label"] for i in changed]}
         if state.outcome == "submitted" and not wrong and not changed:
             return Score(1.0, True, details)
         if state.outcome == "cancelled":
             return Score(0.0, False, {**details, "reason": "cancelled"})
         right = len(targets) - len(wrong)
-        reason = (f"wrong_{widgets[wrong[0]]['kind']}" if wrong else "collateral_change" if changed
-                  else "not_submitted")
+        reason = f"wrong_{widgets[wrong[0]]['kind']}" if wrong else "collateral_change" if changed else "not_submitted"
         return Score(0.5 * right / (len(targets) + len(changed)), False, {**details, "reason": reason})
 
     # -- oracle ----------------------------------------------------------------------------------
@@ -237,8 +276,13 @@ class Gui(Bootcamp[GuiParams, GuiState]):
         w, h = instance.data["image_size"]
         if action.name == "click":  # a near miss by 15-40 px
             dx, dy = (rng.choice([-1, 1]) * rng.randint(15, 40) for _ in range(2))
-            return Action("click", {"x": min(max(action.arguments["x"] + dx, 0), w - 1),
-                                    "y": min(max(action.arguments["y"] + dy, 0), h - 1)})
+            return Action(
+                "click",
+                {
+                    "x": min(max(action.arguments["x"] + dx, 0), w - 1),
+                    "y": min(max(action.arguments["y"] + dy, 0), h - 1),
+                },
+            )
         if action.name == "type" and len(action.arguments["text"]) > 1:  # a typo: the last letter dropped
             return Action("type", {"text": action.arguments["text"][:-1]})
         return action
@@ -249,7 +293,6 @@ class Gui(Bootcamp[GuiParams, GuiState]):
         if state.open is not None:
             return None  # a finished form can only be abandoned, and a click now would just close the list
         return _click_box(next(b for b in instance.data["buttons"] if b["id"] == "cancel")["box"])
-
 
 
 # -- helpers ----------------------------------------------------------------------------------------

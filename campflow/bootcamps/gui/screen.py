@@ -16,27 +16,54 @@ from campflow.bootcamps.rendering import VisionParams, draw_text, encode_png, te
 HEADER, FOOTER, ROW_FIELD, ROW_CHECK, OPTION_PX, PAD = 36, 48, 44, 36, 24, 12
 LABEL_X, CONTROL_X, FONT = 16, 150, 13
 # Widget labels and the values they take; "|" separates values, since some hold spaces.
-_TEXT = {label: values.split("|") for label, values in {
-    "Full name": "Ada Lovelace|Alan Turing|Grace Hopper|Barbara Liskov|Ken Thompson",
-    "Street": "12 Elm Street|7 Harbour Road|221 Baker Street|3 Mill Lane", "City": "Lisbon|Toronto|Nairobi|Osaka|Quito",
-    "ZIP code": "10115|94107|75008|60614|2000", "Email": "ada@example.com|alan@example.org|grace@mail.test",
-    "Phone": "555-0134|555-0199|555-0102|555-0178", "Company": "Acme Ltd|Globex|Initech|Umbrella Co",
-    "Coupon code": "SAVE10|WELCOME5|SPRING24|FREESHIP"}.items()}
-_CHECK = ["Gift wrap", "Express delivery", "Subscribe to newsletter", "Save this address", "Require signature",
-          "Leave at the door", "Send SMS updates", "Print receipt"]
-_DROP = {label: values.split("|") for label, values in {
-    "Country": "France|Spain|Japan|Brazil|Canada|Kenya|India|Norway",
-    "Shipping": "Standard|Express|Overnight|Pickup|Economy|Same day|Freight|Locker",
-    "Payment": "Card|PayPal|Invoice|Cash|Bank transfer|Voucher|Cheque|Gift card", "Size": "XS|S|M|L|XL|XXL|3XL|4XL",
-    "Color": "Black|White|Navy|Olive|Red|Sand|Teal|Grey", "Quantity": "1|2|3|4|5|6|7|8",
-    "Language": "English|French|German|Hindi|Japanese|Swahili|Spanish|Korean",
-    "Time slot": "08-10|10-12|12-14|14-16|16-18|18-20|20-22|Any time"}.items()}
+_TEXT = {
+    label: values.split("|")
+    for label, values in {
+        "Full name": "Ada Lovelace|Alan Turing|Grace Hopper|Barbara Liskov|Ken Thompson",
+        "Street": "12 Elm Street|7 Harbour Road|221 Baker Street|3 Mill Lane",
+        "City": "Lisbon|Toronto|Nairobi|Osaka|Quito",
+        "ZIP code": "10115|94107|75008|60614|2000",
+        "Email": "ada@example.com|alan@example.org|grace@mail.test",
+        "Phone": "555-0134|555-0199|555-0102|555-0178",
+        "Company": "Acme Ltd|Globex|Initech|Umbrella Co",
+        "Coupon code": "SAVE10|WELCOME5|SPRING24|FREESHIP",
+    }.items()
+}
+_CHECK = [
+    "Gift wrap",
+    "Express delivery",
+    "Subscribe to newsletter",
+    "Save this address",
+    "Require signature",
+    "Leave at the door",
+    "Send SMS updates",
+    "Print receipt",
+]
+_DROP = {
+    label: values.split("|")
+    for label, values in {
+        "Country": "France|Spain|Japan|Brazil|Canada|Kenya|India|Norway",
+        "Shipping": "Standard|Express|Overnight|Pickup|Economy|Same day|Freight|Locker",
+        "Payment": "Card|PayPal|Invoice|Cash|Bank transfer|Voucher|Cheque|Gift card",
+        "Size": "XS|S|M|L|XL|XXL|3XL|4XL",
+        "Color": "Black|White|Navy|Olive|Red|Sand|Teal|Grey",
+        "Quantity": "1|2|3|4|5|6|7|8",
+        "Language": "English|French|German|Hindi|Japanese|Swahili|Spanish|Korean",
+        "Time slot": "08-10|10-12|12-14|14-16|16-18|18-20|20-22|Any time",
+    }.items()
+}
 _TITLES = ["Checkout", "Shipping details", "Account settings", "Delivery options", "Order form"]
 _DECOYS = ["Reset", "Save draft", "Help"]
 _KINDS = {"t": "text", "c": "checkbox", "d": "dropdown"}
 _BLUE, _INK, _MUTED, _EDGE, _WHITE = (40, 110, 220), (30, 30, 35), (130, 130, 140), (150, 150, 160), (255, 255, 255)
-_BACK, _BAR, _FOOT, _RULE, _THUMB, _CHOSEN = ((244, 245, 248), (40, 52, 70), (232, 234, 238), (205, 207, 212),
-                                           (170, 172, 180), (225, 235, 250))
+_BACK, _BAR, _FOOT, _RULE, _THUMB, _CHOSEN = (
+    (244, 245, 248),
+    (40, 52, 70),
+    (232, 234, 238),
+    (205, 207, 212),
+    (170, 172, 180),
+    (225, 235, 250),
+)
 _COLORS = (_BLUE, _INK, _MUTED, _EDGE, _WHITE, _BACK, _BAR, _FOOT, _RULE, _THUMB, _CHOSEN)
 
 
@@ -103,8 +130,11 @@ def layout(params: GuiParams, rng: random.Random) -> dict[str, Any]:
         kind = _KINDS[k]
         widget: dict[str, Any] = {"id": f"w{i}", "kind": kind, "label": label}
         if kind == "checkbox":
-            widget |= {"box": [LABEL_X, y + 9, LABEL_X + 18, y + 27], "initial": rng.random() < 0.5,
-                       "hit": [LABEL_X, y + 6, LABEL_X + 26 + text_width(label, FONT), y + 30]}
+            widget |= {
+                "box": [LABEL_X, y + 9, LABEL_X + 18, y + 27],
+                "initial": rng.random() < 0.5,
+                "hit": [LABEL_X, y + 6, LABEL_X + 26 + text_width(label, FONT), y + 30],
+            }
             y += ROW_CHECK
         else:
             widget["box"] = widget["hit"] = [CONTROL_X, y + 8, w - 16, y + 36]
@@ -124,9 +154,17 @@ def layout(params: GuiParams, rng: random.Random) -> dict[str, Any]:
             targets[widget["id"]] = rng.choice([c for c in choices if c != widget["initial"]])
     view = h - HEADER - FOOTER
     decoys = rng.sample(_DECOYS, params.decoy_buttons)
-    return {"title": rng.choice(_TITLES), "image_size": [w, h], "content_height": y + PAD,
-            "max_scroll": max(0, y + PAD - view), "scroll_step": view // 2, "widgets": widgets,
-            "buttons": _footer(w, h, decoys), "targets": targets, "goal": _goal(widgets, targets)}
+    return {
+        "title": rng.choice(_TITLES),
+        "image_size": [w, h],
+        "content_height": y + PAD,
+        "max_scroll": max(0, y + PAD - view),
+        "scroll_step": view // 2,
+        "widgets": widgets,
+        "buttons": _footer(w, h, decoys),
+        "targets": targets,
+        "goal": _goal(widgets, targets),
+    }
 
 
 # -- geometry ----------------------------------------------------------------------------------------
@@ -157,9 +195,14 @@ def option_boxes(instance: Instance, dropdown: dict[str, Any], scroll: int) -> l
 
 def _goal(widgets: list[dict[str, Any]], targets: dict[str, Any]) -> str:
     by_id = {w["id"]: w for w in widgets}
-    steps = [{"text": f'set "{by_id[i]["label"]}" to "{v}"', "dropdown": f'choose "{v}" in "{by_id[i]["label"]}"',
-              "checkbox": f'{"check" if v else "uncheck"} "{by_id[i]["label"]}"'}[by_id[i]["kind"]]
-             for i, v in targets.items()]
+    steps = [
+        {
+            "text": f'set "{by_id[i]["label"]}" to "{v}"',
+            "dropdown": f'choose "{v}" in "{by_id[i]["label"]}"',
+            "checkbox": f'{"check" if v else "uncheck"} "{by_id[i]["label"]}"',
+        }[by_id[i]["kind"]]
+        for i, v in targets.items()
+    ]
     return f"Fill in the form: {'; '.join(steps)}. Leave everything else as it is, then click Submit."
 
 
@@ -194,8 +237,9 @@ def render(instance: Instance[GuiParams], state: GuiState) -> bytes:
             continue
         focused = state.focus == widget["id"]
         draw_text(image, (LABEL_X, cy), widget["label"], FONT, _INK, "lm")
-        draw.rectangle((x0, y0, x1 - 1, y1 - 1), fill=_WHITE, outline=_BLUE if focused else _EDGE,
-                       width=2 if focused else 1)
+        draw.rectangle(
+            (x0, y0, x1 - 1, y1 - 1), fill=_WHITE, outline=_BLUE if focused else _EDGE, width=2 if focused else 1
+        )
         text = _shown(value)
         draw_text(image, (x0 + 8, cy), text, FONT, _MUTED if value is None else _INK, "lm")
         if focused:
@@ -219,8 +263,7 @@ def render(instance: Instance[GuiParams], state: GuiState) -> bytes:
         dropdown = widgets_by_id(instance)[state.open]
         for option, box in option_boxes(instance, dropdown, state.scroll):
             chosen = option == state.values[dropdown["id"]]
-            draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=_CHOSEN if chosen else _WHITE,
-                           outline=_EDGE)
+            draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=_CHOSEN if chosen else _WHITE, outline=_EDGE)
             draw_text(image, (box[0] + 8, (box[1] + box[3]) // 2), option, FONT, _INK, "lm")
     return encode_png(image, _COLORS)
 
@@ -230,21 +273,28 @@ def describe(instance: Instance[GuiParams], state: GuiState) -> str:
     d = instance.data
     w, h = d["image_size"]
     view = h - HEADER - FOOTER
-    more = [s for s, c in (("scroll up for more", state.scroll > 0),
-                           ("scroll down for more", state.scroll < d["max_scroll"])) if c]
-    lines = [f"Screen {w}x{h} pixels; boxes are (left, top, right, bottom), right and bottom exclusive.",
-             f'Title bar (0, 0, {w}, {HEADER}): "{d["title"]}".',
-             f"Form area (0, {HEADER}, {w}, {h - FOOTER}) shows form pixels {state.scroll}-"
-             f"{min(state.scroll + view, d['content_height'])} of {d['content_height']}"
-             + (f" ({'; '.join(more)})." if more else ".")]
+    more = [
+        s
+        for s, c in (("scroll up for more", state.scroll > 0), ("scroll down for more", state.scroll < d["max_scroll"]))
+        if c
+    ]
+    lines = [
+        f"Screen {w}x{h} pixels; boxes are (left, top, right, bottom), right and bottom exclusive.",
+        f'Title bar (0, 0, {w}, {HEADER}): "{d["title"]}".',
+        f"Form area (0, {HEADER}, {w}, {h - FOOTER}) shows form pixels {state.scroll}-"
+        f"{min(state.scroll + view, d['content_height'])} of {d['content_height']}"
+        + (f" ({'; '.join(more)})." if more else "."),
+    ]
     for widget in (wd for wd in d["widgets"] if _in_view(wd, state.scroll, h)):
         box, value = on_screen(widget["hit"], state.scroll), state.values[widget["id"]]
         if box[1] < HEADER or box[3] > h - FOOTER:  # the screenshot shows too little of it to read
             lines.append(f"partly hidden widget {box}; scroll to see it")
             continue
         shown = ("checked" if value else "unchecked") if widget["kind"] == "checkbox" else f'"{_shown(value)}"'
-        lines.append(f'{widget["kind"].replace("text", "text field")} "{widget["label"]}" {box}: {shown}'
-                     + (" [focused]" if state.focus == widget["id"] else ""))
+        lines.append(
+            f'{widget["kind"].replace("text", "text field")} "{widget["label"]}" {box}: {shown}'
+            + (" [focused]" if state.focus == widget["id"] else "")
+        )
     lines.append("Footer buttons: " + "; ".join(f'"{b["label"]}" {tuple(b["box"])}' for b in d["buttons"]) + ".")
     if state.open is not None:
         dropdown = widgets_by_id(instance)[state.open]

@@ -14,7 +14,16 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    NoArgs,
+    Observation,
+    Params,
+    Score,
+    State,
+    ToolArgs,
+    tool,
 )
 from campflow.bootcamps.demonstration import shown_text
 
@@ -83,16 +92,19 @@ class Maze(Bootcamp[MazeParams, MazeState]):
         dist = _distances(grid, start)
         far = max(dist.values())
         goal = rng.choice([c for c, d in dist.items() if d >= max(1, far * 2 // 3)])
-        return {"grid": ["".join(row) for row in grid], "start": list(start), "goal": list(goal),
-                "shortest": dist[goal]}
+        return {
+            "grid": ["".join(row) for row in grid],
+            "start": list(start),
+            "goal": list(goal),
+            "shortest": dist[goal],
+        }
 
     def prompt(self, instance: Instance[MazeParams]) -> list[dict[str, Any]]:
         d, p = instance.data, instance.params
         sx, sy = d["start"]
         return self.chat(
             f"The maze is {p.width} wide and {p.height} tall. You are at ({sx}, {sy}); the goal is at "
-            f"({d['goal'][0]}, {d['goal'][1]}). You see {p.view_radius} cell(s) around you.\n"
-            + _view(instance, sx, sy)
+            f"({d['goal'][0]}, {d['goal'][1]}). You see {p.view_radius} cell(s) around you.\n" + _view(instance, sx, sy)
         )
 
     def new_state(self, instance: Instance[MazeParams]) -> MazeState:
@@ -176,8 +188,9 @@ class Maze(Bootcamp[MazeParams, MazeState]):
         step = goal
         while prev[step] != here:
             step = prev[step]  # type: ignore[assignment]
-        return Action("move", {"direction": next(n for n, (dx, dy) in STEPS.items()
-                                                 if (here[0] + dx, here[1] + dy) == step)})
+        return Action(
+            "move", {"direction": next(n for n, (dx, dy) in STEPS.items() if (here[0] + dx, here[1] + dy) == step)}
+        )
 
     def perturb(self, instance: Instance, state: MazeState, action: Action, rng: random.Random) -> Action:
         if action.name != "move":
@@ -216,9 +229,11 @@ def _carve(width: int, height: int, loops: float, rng: random.Random) -> list[li
     stack = [start]
     while stack:
         x, y = stack[-1]
-        options = [(x + 2 * dx, y + 2 * dy, dx, dy) for dx, dy in STEPS.values()
-                   if 0 < x + 2 * dx < width - 1 and 0 < y + 2 * dy < height - 1
-                   and grid[y + 2 * dy][x + 2 * dx] == WALL]
+        options = [
+            (x + 2 * dx, y + 2 * dy, dx, dy)
+            for dx, dy in STEPS.values()
+            if 0 < x + 2 * dx < width - 1 and 0 < y + 2 * dy < height - 1 and grid[y + 2 * dy][x + 2 * dx] == WALL
+        ]
         if not options:
             stack.pop()
             continue
@@ -226,8 +241,9 @@ def _carve(width: int, height: int, loops: float, rng: random.Random) -> list[li
         grid[y + dy][x + dx] = OPEN
         grid[ny][nx] = OPEN
         stack.append((nx, ny))
-    inner = [(x, y) for y in range(1, height - 1) for x in range(1, width - 1)
-             if grid[y][x] == WALL and (x % 2) != (y % 2)]
+    inner = [
+        (x, y) for y in range(1, height - 1) for x in range(1, width - 1) if grid[y][x] == WALL and (x % 2) != (y % 2)
+    ]
     for x, y in rng.sample(inner, int(len(inner) * loops)):
         grid[y][x] = OPEN
     return grid

@@ -10,10 +10,18 @@ from typing import Any
 from pydantic import Field
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    NoArgs,
+    Observation,
+    Score,
+    State,
+    ToolArgs,
+    tool,
 )
-from campflow.bootcamps.shop.catalog import ShopParams, generate_catalog, requirements_met, tokens
 from campflow.bootcamps.messages import clip
+from campflow.bootcamps.shop.catalog import ShopParams, generate_catalog, requirements_met, tokens
 from campflow.errors import ToolError
 
 MAX_QUERY_CHARS = 200
@@ -37,8 +45,9 @@ class CartArgs(ToolArgs):
     """Arguments of add_to_cart."""
 
     product_id: str = Field(description="the product to buy")
-    options: dict[str, str] = Field(default_factory=dict,
-                                    description="one value for each option the product offers, e.g. {\"color\": \"black\"}")
+    options: dict[str, str] = Field(
+        default_factory=dict, description='one value for each option the product offers, e.g. {"color": "black"}'
+    )
 
 
 @dataclass
@@ -94,8 +103,10 @@ class Shop(Bootcamp[ShopParams, ShopState]):
 
     def new_state(self, instance: Instance[ShopParams]) -> ShopState:
         products = {p["id"]: p for p in instance.data["products"]}
-        keywords = {pid: tokens(p["title"]).union(tokens(p["category"]), *map(tokens, p["attributes"]))
-                    for pid, p in products.items()}
+        keywords = {
+            pid: tokens(p["title"]).union(tokens(p["category"]), *map(tokens, p["attributes"]))
+            for pid, p in products.items()
+        }
         return ShopState(products=products, keywords=keywords)
 
     def max_turns(self, instance: Instance[ShopParams]) -> int:
@@ -117,7 +128,7 @@ class Shop(Bootcamp[ShopParams, ShopState]):
         pages = max(1, -(-len(hits) // PAGE_SIZE))
         if not 1 <= args.page <= pages:
             raise ToolError(f"page {args.page} is out of range; expected 1 to {pages} for this query")
-        shown = [pid for _, _, pid in hits[(args.page - 1) * PAGE_SIZE: args.page * PAGE_SIZE]]
+        shown = [pid for _, _, pid in hits[(args.page - 1) * PAGE_SIZE : args.page * PAGE_SIZE]]
         state.last_query, state.last_page, state.last_results = query, args.page, shown
         if not shown:
             return Observation(f"No products match {query!r}.")
@@ -131,8 +142,10 @@ class Shop(Bootcamp[ShopParams, ShopState]):
         if p["id"] not in state.viewed:
             state.viewed.append(p["id"])
         options = "; ".join(f"{d}: {', '.join(v)}" for d, v in p["options"].items())
-        return Observation(f"[{p['id']}] {p['title']}\nPrice: ${p['price']:.2f}\nKind: {p['category']}\n"
-                           f"Features: {', '.join(p['attributes'])}\nOptions: {options}")
+        return Observation(
+            f"[{p['id']}] {p['title']}\nPrice: ${p['price']:.2f}\nKind: {p['category']}\n"
+            f"Features: {', '.join(p['attributes'])}\nOptions: {options}"
+        )
 
     @tool
     def add_to_cart(self, instance: Instance, state: ShopState, args: CartArgs) -> Observation:
@@ -141,8 +154,7 @@ class Shop(Bootcamp[ShopParams, ShopState]):
         given = {k.strip().lower(): v for k, v in args.options.items()}
         unknown = sorted(set(given) - set(p["options"]))
         if unknown:
-            raise ToolError(f"{p['id']} has no option {unknown[0][:40]!r}; expected options: "
-                            f"{', '.join(p['options'])}")
+            raise ToolError(f"{p['id']} has no option {unknown[0][:40]!r}; expected options: {', '.join(p['options'])}")
         chosen: dict[str, str] = {}
         for dim, values in p["options"].items():
             if dim not in given:
@@ -155,8 +167,9 @@ class Shop(Bootcamp[ShopParams, ShopState]):
         replaced = state.cart is not None
         state.cart = {"product_id": p["id"], "options": chosen}
         opts = ", ".join(f"{d} {v}" for d, v in chosen.items())
-        return Observation(f"{'Replaced the cart with' if replaced else 'Added'} {p['title']} ({opts}), "
-                           f"${p['price']:.2f}.")
+        return Observation(
+            f"{'Replaced the cart with' if replaced else 'Added'} {p['title']} ({opts}), ${p['price']:.2f}."
+        )
 
     @tool(final=True)
     def checkout(self, instance: Instance, state: ShopState, args: NoArgs) -> Observation:
@@ -180,8 +193,9 @@ class Shop(Bootcamp[ShopParams, ShopState]):
         missed = [name for name, ok in reqs if not ok]
         if not missed:
             return Score(1.0, True, details)
-        reason = {"attribute": "missing_attribute", "option": "wrong_option"}.get(missed[0].split(":")[0],
-                                                                                  "over_budget")
+        reason = {"attribute": "missing_attribute", "option": "wrong_option"}.get(
+            missed[0].split(":")[0], "over_budget"
+        )
         reward = 0.5 * (len(reqs) - len(missed)) / len(reqs)
         return Score(round(reward, 6), False, {**details, "reason": reason, "missed": missed})
 
@@ -206,7 +220,7 @@ class Shop(Bootcamp[ShopParams, ShopState]):
         it first, so the one it buys is the first whose page shows it fits."""
         action = self.oracle(instance, state)
         if action.name == "view":
-            ahead = state.last_results[:state.last_results.index(action.arguments["product_id"])]
+            ahead = state.last_results[: state.last_results.index(action.arguments["product_id"])]
             unseen = next((pid for pid in ahead if pid not in state.viewed), None)
             if unseen is not None:
                 return Action("view", {"product_id": unseen})
@@ -239,13 +253,15 @@ class Shop(Bootcamp[ShopParams, ShopState]):
 
     def _near_miss_purchase(self, instance: Instance, state: ShopState, rng: random.Random) -> Action:
         product = state.products[rng.choice(instance.data["near_misses"])]
-        return Action("add_to_cart", {"product_id": product["id"],
-                                      "options": _options_for(product, instance.data["goal"])})
+        return Action(
+            "add_to_cart", {"product_id": product["id"], "options": _options_for(product, instance.data["goal"])}
+        )
 
     def _meets_goal(self, instance: Instance, state: ShopState, cart: dict[str, Any]) -> bool:
         product, goal = state.products[cart["product_id"]], instance.data["goal"]
         return product["category"] == goal["category"] and all(
-            ok for _, ok in requirements_met(goal, product, cart["options"]))
+            ok for _, ok in requirements_met(goal, product, cart["options"])
+        )
 
 
 def _product(state: ShopState, raw: str) -> dict[str, Any]:
@@ -258,5 +274,6 @@ def _product(state: ShopState, raw: str) -> dict[str, Any]:
 
 def _options_for(product: dict[str, Any], goal: dict[str, Any]) -> dict[str, str]:
     """The goal's option values where the product offers them, else its first value."""
-    return {d: goal["options"][d] if goal["options"].get(d) in vals else vals[0]
-            for d, vals in product["options"].items()}
+    return {
+        d: goal["options"][d] if goal["options"].get(d) in vals else vals[0] for d, vals in product["options"].items()
+    }

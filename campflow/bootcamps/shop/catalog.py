@@ -14,24 +14,38 @@ from campflow.bootcamps.base import Params
 
 # category -> (attributes a product may have, option dimensions -> values)
 CATEGORIES: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, ...]]]] = {
-    "t-shirt": (("organic cotton", "v-neck", "long sleeve", "moisture wicking", "machine washable", "pocket"),
-                {"size": ("XS", "S", "M", "L", "XL"), "color": ("black", "white", "navy", "red", "olive")}),
-    "running shoes": (("lightweight", "waterproof", "breathable mesh", "wide fit", "arch support", "non-slip"),
-                      {"size": ("7", "8", "9", "10", "11", "12"), "color": ("black", "white", "blue", "grey")}),
-    "backpack": (("waterproof", "laptop sleeve", "anti-theft", "usb charging port", "lightweight", "padded straps"),
-                 {"capacity": ("20L", "30L", "40L"), "color": ("black", "grey", "green", "navy")}),
-    "headphones": (("wireless", "noise cancelling", "over-ear", "built-in microphone", "foldable",
-                    "long battery life"), {"color": ("black", "white", "silver", "rose gold"),
-                                           "cable": ("usb-c", "3.5mm", "none")}),
-    "coffee maker": (("programmable", "stainless steel", "thermal carafe", "single serve", "auto shut-off",
-                      "built-in grinder"), {"capacity": ("4 cups", "8 cups", "12 cups"),
-                                            "color": ("black", "silver", "red")}),
-    "desk lamp": (("dimmable", "usb charging port", "adjustable arm", "warm light", "touch control", "clamp mount"),
-                  {"color": ("black", "white", "brass"), "bulb": ("led", "halogen")}),
-    "yoga mat": (("non-slip", "extra thick", "eco-friendly", "carrying strap", "sweat resistant", "reversible"),
-                 {"thickness": ("4mm", "6mm", "8mm"), "color": ("purple", "teal", "black", "pink")}),
-    "water bottle": (("insulated", "leak-proof", "bpa-free", "stainless steel", "wide mouth", "straw lid"),
-                     {"capacity": ("500ml", "750ml", "1L"), "color": ("blue", "black", "white", "orange")}),
+    "t-shirt": (
+        ("organic cotton", "v-neck", "long sleeve", "moisture wicking", "machine washable", "pocket"),
+        {"size": ("XS", "S", "M", "L", "XL"), "color": ("black", "white", "navy", "red", "olive")},
+    ),
+    "running shoes": (
+        ("lightweight", "waterproof", "breathable mesh", "wide fit", "arch support", "non-slip"),
+        {"size": ("7", "8", "9", "10", "11", "12"), "color": ("black", "white", "blue", "grey")},
+    ),
+    "backpack": (
+        ("waterproof", "laptop sleeve", "anti-theft", "usb charging port", "lightweight", "padded straps"),
+        {"capacity": ("20L", "30L", "40L"), "color": ("black", "grey", "green", "navy")},
+    ),
+    "headphones": (
+        ("wireless", "noise cancelling", "over-ear", "built-in microphone", "foldable", "long battery life"),
+        {"color": ("black", "white", "silver", "rose gold"), "cable": ("usb-c", "3.5mm", "none")},
+    ),
+    "coffee maker": (
+        ("programmable", "stainless steel", "thermal carafe", "single serve", "auto shut-off", "built-in grinder"),
+        {"capacity": ("4 cups", "8 cups", "12 cups"), "color": ("black", "silver", "red")},
+    ),
+    "desk lamp": (
+        ("dimmable", "usb charging port", "adjustable arm", "warm light", "touch control", "clamp mount"),
+        {"color": ("black", "white", "brass"), "bulb": ("led", "halogen")},
+    ),
+    "yoga mat": (
+        ("non-slip", "extra thick", "eco-friendly", "carrying strap", "sweat resistant", "reversible"),
+        {"thickness": ("4mm", "6mm", "8mm"), "color": ("purple", "teal", "black", "pink")},
+    ),
+    "water bottle": (
+        ("insulated", "leak-proof", "bpa-free", "stainless steel", "wide mouth", "straw lid"),
+        {"capacity": ("500ml", "750ml", "1L"), "color": ("blue", "black", "white", "orange")},
+    ),
 }
 BRANDS = ("Acme", "Northwind", "Zephyr", "Lumo", "Kestrel", "Orbit", "Tandem", "Vireo", "Halcyon", "Brio")
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -49,8 +63,10 @@ class ShopParams(Params):
     @model_validator(mode="after")
     def _room_for_near_misses(self) -> ShopParams:
         if self.products < self.near_misses + 2:
-            raise ValueError(f"products ({self.products}) must be at least near_misses + 2 "
-                             f"({self.near_misses + 2}): the target, the near misses and another kind")
+            raise ValueError(
+                f"products ({self.products}) must be at least near_misses + 2 "
+                f"({self.near_misses + 2}): the target, the near misses and another kind"
+            )
         return self
 
 
@@ -60,14 +76,14 @@ def tokens(text: str) -> frozenset[str]:
     return frozenset(_TOKEN.findall(text.lower()))
 
 
-def _product(rng: random.Random, pid: str, category: str, attrs: list[str],
-             options: dict[str, list[str]], price: float) -> dict[str, Any]:
+def _product(
+    rng: random.Random, pid: str, category: str, attrs: list[str], options: dict[str, list[str]], price: float
+) -> dict[str, Any]:
     pool = CATEGORIES[category][0]
     ordered = [a for a in pool if a in attrs]  # a stable order keeps titles deterministic
     brand = BRANDS[int(rng.random() * len(BRANDS))]
     title = f"{brand} {' '.join(a.title() for a in ordered[:2])} {category.title()}"
-    return {"id": pid, "title": title, "category": category, "attributes": ordered, "options": options,
-            "price": price}
+    return {"id": pid, "title": title, "category": category, "attributes": ordered, "options": options, "price": price}
 
 
 def _random_product(rng: random.Random, pid: str, category: str) -> dict[str, Any]:
@@ -98,14 +114,26 @@ def generate_catalog(p: ShopParams, rng: random.Random) -> dict[str, Any]:
             chosen.add(must)
         return [v for v in dims[dim] if v in chosen]
 
-    def matching(attrs_missing: str | None = None, option_missing: str | None = None,
-                 price: float | None = None) -> tuple[list[str], dict[str, list[str]], float]:
+    def matching(
+        attrs_missing: str | None = None, option_missing: str | None = None, price: float | None = None
+    ) -> tuple[list[str], dict[str, list[str]], float]:
         extra = [a for a in pool if a not in want_attrs and a != attrs_missing]
         attrs = [a for a in want_attrs if a != attrs_missing] + rng.sample(extra, rng.randint(0, 1))
-        options = {d: offered(d, None if d == option_missing else want_options.get(d),
-                              want_options.get(d) if d == option_missing else None) for d in sorted(dims)}
-        return attrs, options, price if price is not None else round(
-            rng.uniform(5, max_price - 0.01) if max_price else rng.uniform(8, 180), 2)
+        options = {
+            d: offered(
+                d,
+                None if d == option_missing else want_options.get(d),
+                want_options.get(d) if d == option_missing else None,
+            )
+            for d in sorted(dims)
+        }
+        return (
+            attrs,
+            options,
+            price
+            if price is not None
+            else round(rng.uniform(5, max_price - 0.01) if max_price else rng.uniform(8, 180), 2),
+        )
 
     products = []
     t_attrs, t_opts, _ = matching()
@@ -124,7 +152,7 @@ def generate_catalog(p: ShopParams, rng: random.Random) -> dict[str, Any]:
         products.append(_product(rng, ids[1 + i], category, attrs, opts, price))
         near.append(ids[1 + i])
     others = [c for c in sorted(CATEGORIES) if c != category]
-    for pid in ids[1 + p.near_misses:]:
+    for pid in ids[1 + p.near_misses :]:
         products.append(_random_product(rng, pid, others[int(rng.random() * len(others))]))
     rng.shuffle(products)
     goal = {"category": category, "attributes": want_attrs, "options": want_options, "max_price": max_price}

@@ -13,7 +13,15 @@ from typing import Any
 from pydantic import Field
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Score, State, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    NoArgs,
+    Observation,
+    Score,
+    State,
+    ToolArgs,
+    tool,
 )
 from campflow.bootcamps.demonstration import called, exchanges
 from campflow.bootcamps.messages import clip
@@ -43,17 +51,46 @@ _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE
 _FUNCTIONS = frozenset(
     "abs avg count group_concat coalesce ifnull iif instr length like glob lower upper ltrim rtrim trim max min "
     "nullif round substr substring sum total typeof replace date time datetime julianday strftime unicode "
-    "char".split())
-_ACTION_NAMES = {getattr(sqlite3, n): n.removeprefix("SQLITE_").replace("_", " ") for n in (
-    "SQLITE_CREATE_INDEX", "SQLITE_CREATE_TABLE", "SQLITE_CREATE_TEMP_INDEX", "SQLITE_CREATE_TEMP_TABLE",
-    "SQLITE_CREATE_TEMP_TRIGGER", "SQLITE_CREATE_TEMP_VIEW", "SQLITE_CREATE_TRIGGER", "SQLITE_CREATE_VIEW",
-    "SQLITE_DELETE", "SQLITE_DROP_INDEX", "SQLITE_DROP_TABLE", "SQLITE_DROP_TEMP_INDEX", "SQLITE_DROP_TEMP_TABLE",
-    "SQLITE_DROP_TEMP_TRIGGER", "SQLITE_DROP_TEMP_VIEW", "SQLITE_DROP_TRIGGER", "SQLITE_DROP_VIEW",
-    "SQLITE_INSERT", "SQLITE_PRAGMA", "SQLITE_TRANSACTION", "SQLITE_UPDATE", "SQLITE_ATTACH", "SQLITE_DETACH",
-    "SQLITE_ALTER_TABLE", "SQLITE_REINDEX", "SQLITE_ANALYZE", "SQLITE_CREATE_VTABLE", "SQLITE_DROP_VTABLE",
-    "SQLITE_SAVEPOINT")}
-_READ_ONLY = ("expected one read-only SELECT statement (no INSERT/UPDATE/DELETE, CREATE/DROP/ALTER, ATTACH, "
-              "PRAGMA, transactions or functions outside the usual aggregates and string/date functions)")
+    "char".split()
+)
+_ACTION_NAMES = {
+    getattr(sqlite3, n): n.removeprefix("SQLITE_").replace("_", " ")
+    for n in (
+        "SQLITE_CREATE_INDEX",
+        "SQLITE_CREATE_TABLE",
+        "SQLITE_CREATE_TEMP_INDEX",
+        "SQLITE_CREATE_TEMP_TABLE",
+        "SQLITE_CREATE_TEMP_TRIGGER",
+        "SQLITE_CREATE_TEMP_VIEW",
+        "SQLITE_CREATE_TRIGGER",
+        "SQLITE_CREATE_VIEW",
+        "SQLITE_DELETE",
+        "SQLITE_DROP_INDEX",
+        "SQLITE_DROP_TABLE",
+        "SQLITE_DROP_TEMP_INDEX",
+        "SQLITE_DROP_TEMP_TABLE",
+        "SQLITE_DROP_TEMP_TRIGGER",
+        "SQLITE_DROP_TEMP_VIEW",
+        "SQLITE_DROP_TRIGGER",
+        "SQLITE_DROP_VIEW",
+        "SQLITE_INSERT",
+        "SQLITE_PRAGMA",
+        "SQLITE_TRANSACTION",
+        "SQLITE_UPDATE",
+        "SQLITE_ATTACH",
+        "SQLITE_DETACH",
+        "SQLITE_ALTER_TABLE",
+        "SQLITE_REINDEX",
+        "SQLITE_ANALYZE",
+        "SQLITE_CREATE_VTABLE",
+        "SQLITE_DROP_VTABLE",
+        "SQLITE_SAVEPOINT",
+    )
+}
+_READ_ONLY = (
+    "expected one read-only SELECT statement (no INSERT/UPDATE/DELETE, CREATE/DROP/ALTER, ATTACH, "
+    "PRAGMA, transactions or functions outside the usual aggregates and string/date functions)"
+)
 # the first word after any leading whitespace and comments
 # (atomic groups: ``(?:\s+|...)*`` backtracks exponentially on a long run of whitespace that is not
 # followed by a word, e.g. "/**/" + 30 spaces + "(SELECT 1)")
@@ -89,8 +126,11 @@ class Sandbox:
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _FUNCTIONS:
             return sqlite3.SQLITE_OK
-        self.refused.append(f"the function {arg2}()" if action == sqlite3.SQLITE_FUNCTION else
-                            _ACTION_NAMES.get(action, f"action {action}"))
+        self.refused.append(
+            f"the function {arg2}()"
+            if action == sqlite3.SQLITE_FUNCTION
+            else _ACTION_NAMES.get(action, f"action {action}")
+        )
         return sqlite3.SQLITE_DENY
 
     def _progress(self) -> int:
@@ -115,21 +155,26 @@ class Sandbox:
         except sqlite3.Error as exc:
             if self.refused:
                 # A pragma table function is refused through an odd first action; name what was meant.
-                what = next((r for r in self.refused if r.startswith("the function")),
-                            "PRAGMA" if "PRAGMA" in self.refused or "pragma_" in sql.lower() else self.refused[0])
+                what = next(
+                    (r for r in self.refused if r.startswith("the function")),
+                    "PRAGMA" if "PRAGMA" in self.refused or "pragma_" in sql.lower() else self.refused[0],
+                )
                 raise ToolError(f"query refused: {what} is not allowed; {_READ_ONLY}") from None
             if "one statement at a time" in str(exc):
-                raise ToolError("query refused: it holds more than one statement; send one SELECT per query") \
-                    from None
+                raise ToolError("query refused: it holds more than one statement; send one SELECT per query") from None
             if "interrupted" in str(exc):
-                raise ToolError(f"query stopped after {MAX_STEPS:,} steps, the limit; add conditions, "
-                                "aggregate or LIMIT the rows") from None
+                raise ToolError(
+                    f"query stopped after {MAX_STEPS:,} steps, the limit; add conditions, aggregate or LIMIT the rows"
+                ) from None
             if "too big" in str(exc):
-                raise ToolError(f"query stopped: a value grew past {MAX_VALUE_CHARS} characters, the limit; "
-                                f"select shorter values (cells show at most {MAX_CELL_CHARS})") from None
+                raise ToolError(
+                    f"query stopped: a value grew past {MAX_VALUE_CHARS} characters, the limit; "
+                    f"select shorter values (cells show at most {MAX_CELL_CHARS})"
+                ) from None
             if "pattern too complex" in str(exc):
-                raise ToolError(f"query refused: a LIKE or GLOB pattern is longer than {MAX_PATTERN_CHARS} "
-                                "characters, the limit") from None
+                raise ToolError(
+                    f"query refused: a LIKE or GLOB pattern is longer than {MAX_PATTERN_CHARS} characters, the limit"
+                ) from None
             raise ToolError(f"SQL error: {exc}") from None
         finally:
             if self.conn.in_transaction:  # defensive: nothing can write, but never leave one open
@@ -247,8 +292,11 @@ class Sql(Bootcamp[SqlParams, SqlState]):
         columns, rows, cut = state.db.run(sql)
         state.queries.append(sql)
         lines = [" | ".join(columns)] + [" | ".join(_cell(v) for v in row) for row in rows]
-        tail = f"(first {MAX_ROWS} rows shown; there are more: aggregate or add LIMIT)" if cut else \
-            f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
+        tail = (
+            f"(first {MAX_ROWS} rows shown; there are more: aggregate or add LIMIT)"
+            if cut
+            else f"({len(rows)} row{'s' if len(rows) != 1 else ''})"
+        )
         return Observation("\n".join(lines + [tail]))
 
     @tool(final=True)
@@ -320,8 +368,11 @@ class Sql(Bootcamp[SqlParams, SqlState]):
         if q["kind"] == "number":
             delta = rng.choice([1, 2, 3, 10]) * rng.choice([-1, 1])
             return Action("submit", {"answer": _format_answer(expected + delta)})
-        others = [n for n in entity_names(instance.data["tables"], q)
-                  if n not in (expected if isinstance(expected, list) else [expected])]
+        others = [
+            n
+            for n in entity_names(instance.data["tables"], q)
+            if n not in (expected if isinstance(expected, list) else [expected])
+        ]
         if q["kind"] == "name":
             return Action("submit", {"answer": rng.choice(others)})
         return Action("submit", {"answer": ", ".join(rng.sample(others, min(2, len(others))))})

@@ -11,7 +11,16 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from campflow.bootcamps.base import (
-    Action, Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs, tool,
+    Action,
+    Bootcamp,
+    Instance,
+    NoArgs,
+    Observation,
+    Params,
+    Score,
+    State,
+    ToolArgs,
+    tool,
 )
 from campflow.bootcamps.messages import clip
 from campflow.errors import InvalidParamsError, ToolError
@@ -72,8 +81,9 @@ def render(guess: str, code: int) -> str:
 class WordleParams(Params):
     """Knobs of a wordle game."""
 
-    vocabulary: int = Field(40, ge=10, le=len(word_list()),
-                            description="the hidden word is one of this many most common words of the list")
+    vocabulary: int = Field(
+        40, ge=10, le=len(word_list()), description="the hidden word is one of this many most common words of the list"
+    )
     max_guesses: int = Field(6, ge=3, le=10, description="guesses allowed, the winning one included")
     hard_mode: bool = Field(False, description="every guess must reuse the greens in place and the yellows revealed")
     show_candidates: bool = Field(False, description="list the possible hidden words in the prompt")
@@ -139,13 +149,17 @@ class Wordle(Bootcamp[WordleParams, WordleState]):
             par = solver_guesses(params.vocabulary, target)
             if par <= params.max_guesses:
                 return {"target": target, "par": par}
-        raise InvalidParamsError(f"wordle: max_guesses = {params.max_guesses} is too few for a pool of "
-                                 f"{params.vocabulary} words; expected more guesses or a smaller vocabulary")
+        raise InvalidParamsError(
+            f"wordle: max_guesses = {params.max_guesses} is too few for a pool of "
+            f"{params.vocabulary} words; expected more guesses or a smaller vocabulary"
+        )
 
     def prompt(self, instance: Instance[WordleParams]) -> list[dict[str, Any]]:
         p = instance.params
-        text = (f"Find the hidden word in at most {p.max_guesses} guesses. It is one of the "
-                f"{p.vocabulary} most common 5-letter words in the dictionary.")
+        text = (
+            f"Find the hidden word in at most {p.max_guesses} guesses. It is one of the "
+            f"{p.vocabulary} most common 5-letter words in the dictionary."
+        )
         if p.hard_mode:
             text += " Hard mode is on."
         if p.show_candidates:
@@ -172,8 +186,9 @@ class Wordle(Bootcamp[WordleParams, WordleState]):
             state.solved = True
             return Observation(f"{render(word, code)}\nSolved in {len(state.guesses)} guess(es).", final=True)
         if left == 0:
-            return Observation(f"{render(word, code)}\nNo guesses left; the word was "
-                               f"{instance.data['target']!r}.", final=True)
+            return Observation(
+                f"{render(word, code)}\nNo guesses left; the word was {instance.data['target']!r}.", final=True
+            )
         return Observation(f"{render(word, code)}\n{left} guess(es) left.")
 
     @tool(final=True)
@@ -187,8 +202,13 @@ class Wordle(Bootcamp[WordleParams, WordleState]):
     def score(self, instance: Instance, state: WordleState, transcript: Any) -> Score:
         used, par = len(state.guesses), instance.data["par"]
         if not state.solved:
-            reason = ("gave_up" if state.answer == "gave_up" else
-                      "out_of_guesses" if used >= instance.params.max_guesses else "unfinished")
+            reason = (
+                "gave_up"
+                if state.answer == "gave_up"
+                else "out_of_guesses"
+                if used >= instance.params.max_guesses
+                else "unfinished"
+            )
             return Score(0.0, False, {"reason": reason, "guesses": used, "par": par})
         reward = 1.0 if used <= par else max(0.5, 1.0 - 0.1 * (used - par))
         return Score(round(reward, 6), True, {"guesses": used, "par": par})
@@ -238,8 +258,9 @@ def _check_hard_mode(word: str, state: WordleState) -> None:
         for ch in set(prev):
             needed = sum(1 for p, c in zip(prev, cs) if p == ch and c != GRAY)
             if word.count(ch) < needed:
-                raise ToolError(f"hard mode: {word!r} must contain {ch!r} at least {needed} time(s), "
-                                f"as {prev!r} showed")
+                raise ToolError(
+                    f"hard mode: {word!r} must contain {ch!r} at least {needed} time(s), as {prev!r} showed"
+                )
 
 
 def _choose(candidates: tuple[str, ...]) -> str:
