@@ -27,8 +27,8 @@ from typing import Any
 from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.bootcamps.adapters.single_turn import FULL, NONSENSE_ANSWERS, AnswerBootcamp
 from campflow.bootcamps.base import Bootcamp, Instance
-from campflow.serialization import canonical_json
 from campflow.errors import CampflowError, ImportSourceError
+from campflow.serialization import canonical_json
 
 STARTUP_SECONDS = 180.0  # a child importing the source (InternBootcamp's package takes ~6 s)
 _MODULE = "campflow.bootcamps.adapters.probes"
