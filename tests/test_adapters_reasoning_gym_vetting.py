@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from campflow.agents.oracle import OraclePolicy, WrongAnswerPolicy
+from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps import registry
 from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.errors import ImportSourceError
@@ -19,6 +19,7 @@ from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
 from campflow.storage.imports import import_bootcamp, recorded
 from tests.conftest import run_cli
+from tests.policies import WrongAnswerPolicy
 
 pytest.importorskip("reasoning_gym")
 
