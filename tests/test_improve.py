@@ -130,9 +130,11 @@ def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resu
     os.killpg(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in out + err, err[-3000:]
+    from campflow.flows.improve import STEPS
+
     assert err.splitlines() == [
-        f"error: stopped by SIGTERM: cycle k1 stopped during step 'sft' (5 of 11 steps "
-        f"done); resume with `campflow improve --resume --config {config}`"
+        f"error: stopped by SIGTERM: cycle k1 stopped during step 'sft' ({STEPS.index('sft')} of {len(STEPS)} "
+        f"steps done); resume with `campflow improve --resume --config {config}`"
     ], err[-3000:]
     step, state = _sql(db, "SELECT step, state FROM cycles")[0]
     assert step == "dataset" and json.loads(state)["error"] == "stopped by SIGTERM"
