@@ -184,10 +184,10 @@ def _work_unguarded(task: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:  # a generator that fails now but not in the first worker
             return {"why": f"{type(exc).__name__}: {exc}"[:200]}
     from campflow.storage.imports import import_bootcamp
-    from campflow.storage.store import Store
+    from campflow.storage.workspace import Workspace
 
     spec = ImportSpec(name="trial", adapter=task["adapter"], source=task["source"], options=task.get("options", {}))
-    store = Store(Path(tempfile.mkdtemp(prefix="campflow-trial-")) / "trial.duckdb")
+    store = Workspace(Path(tempfile.mkdtemp(prefix="campflow-trial-"))).store
     notes: list[str] = []
     kwargs = {"say": notes.append} if "say" in inspect.signature(import_bootcamp).parameters else {}
     started = time.monotonic()
