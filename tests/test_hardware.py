@@ -192,7 +192,7 @@ def test_accelerate_launch_cpu_means_no_accelerator(monkeypatch) -> None:
 
 # Regression reference for the embedded CPU default (the tiny model on the fixed chats of
 # tests/fixed_chats.py, 4 SFT steps of batch 4). Produced by running the same steps through the code
-# before device/precision were configurable (commit 17782b9: SFTConfig(bf16=False, use_cpu=True),
+# before device/precision were configurable (commit 17782b9: SFTConfig with bf16 off and use_cpu hard-coded on,
 # models loaded in float32 with no device; the tokenizer corpus patched in as the fixed chats) on this
 # 2-core CPU with torch 2.13.0+cpu; the new code must give the same floats, bit for bit.
 REFERENCE_FINGERPRINT = "af82832614047df4"
