@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from campflow.errors import ConfigError
 from campflow.hardware import DEVICE_PATTERN
+from campflow.threads import CPU_THREADS_HELP
+
+# ``auto`` (measured while running, campflow/threads.py) or a fixed count
+CpuThreads = Annotated[int, Field(ge=1, le=1024)] | Literal["auto"]
 
 ENV_PREFIX = "CAMPFLOW__"
 
@@ -84,6 +88,7 @@ class PolicyConfig(Section):
         "(auto: bf16 where the GPU has it, fp16 on other CUDA "
         "GPUs, fp32 on a CPU)",
     )
+    cpu_threads: CpuThreads = Field("auto", description="local models: " + CPU_THREADS_HELP)
     noise: NoiseConfig = Field(default_factory=NoiseConfig, description="kind=noisy: its mistakes")
 
 
@@ -283,6 +288,7 @@ class TrainingConfig(Section):
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         "auto", description="auto: bf16 where the GPU has it, fp16 on other CUDA GPUs, fp32 on a CPU"
     )
+    cpu_threads: CpuThreads = Field("auto", description=CPU_THREADS_HELP)
     report_to: list[str] = Field(
         [],
         description="experiment trackers, as transformers names them (trackio, "

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from campflow.errors import ConfigError
+from campflow.threads import ThreadTuner, parse_cpu_threads
 
 Device = Literal["auto", "cpu", "cuda", "mps"] | str  # or "cuda:N"
 Precision = Literal["auto", "bf16", "fp16", "fp32"]
@@ -81,12 +82,20 @@ class Hardware:
         dtype: the torch dtype's name for that precision (``bfloat16``, ``float16``, ``float32``).
         trainer_args: TRL/transformers training arguments (``use_cpu``, ``bf16``, ``fp16``). The
             Trainer keeps trainable weights in float32 and computes in ``precision`` under autocast.
+        cpu_threads: torch's thread count on a CPU, or None to choose it by measured speed
+            (:mod:`campflow.threads`).
     """
 
     device: str
     precision: str
     dtype: str
     trainer_args: dict[str, Any] = field(default_factory=dict)
+    cpu_threads: int | None = None
+
+    def thread_tuner(self) -> ThreadTuner | None:
+        """On a CPU, the :class:`~campflow.threads.ThreadTuner` for ``cpu_threads`` (None: measured);
+        None on an accelerator, where torch's CPU threads only feed the device."""
+        return ThreadTuner(self.cpu_threads) if self.kind == "cpu" else None
 
     @property
     def kind(self) -> str:
@@ -120,9 +129,15 @@ class Hardware:
             torch.cuda.set_device(self.index)
 
 
-def resolve_hardware(device: str = "auto", precision: str = "auto", capability: Capability | None = None) -> Hardware:
-    """The :class:`Hardware` for ``device`` and ``precision`` on a machine with ``capability``
-    (default: :meth:`Capability.detect`).
+def resolve_hardware(
+    device: str = "auto",
+    precision: str = "auto",
+    capability: Capability | None = None,
+    *,
+    cpu_threads: int | str = "auto",
+) -> Hardware:
+    """The :class:`Hardware` for ``device``, ``precision`` and ``cpu_threads`` (``auto`` or a count) on a
+    machine with ``capability`` (default: :meth:`Capability.detect`).
 
     Raises:
         HardwareError: one line naming the setting and what this machine offers.
@@ -158,4 +173,10 @@ def resolve_hardware(device: str = "auto", precision: str = "auto", capability: 
             "precision 'fp16' on cpu: mixed-precision fp16 training needs a GPU (use fp32 or bf16 on a CPU)"
         )
     trainer_args = {"use_cpu": kind == "cpu", "bf16": precision == "bf16", "fp16": precision == "fp16"}
-    return Hardware(device=device, precision=precision, dtype=_DTYPES[precision], trainer_args=trainer_args)
+    return Hardware(
+        device=device,
+        precision=precision,
+        dtype=_DTYPES[precision],
+        trainer_args=trainer_args,
+        cpu_threads=parse_cpu_threads(cpu_threads),
+    )

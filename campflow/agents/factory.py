@@ -51,6 +51,7 @@ def build_policy(cfg: PolicyConfig) -> Policy:
         seed=cfg.noise.seed,
         device=cfg.device,
         precision=cfg.precision,
+        cpu_threads=cfg.cpu_threads,
     )
 
 

@@ -17,6 +17,7 @@ import asyncio
 import functools
 import json
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,8 @@ class LocalPolicy(Policy):
         seed: seeds sampling (each batch reseeds from it and a counter, so runs repeat).
         model_id: what the store records (default: the path).
         device / precision: where and how the model runs (see :func:`campflow.hardware.resolve_hardware`).
+        cpu_threads: torch threads on a CPU, ``auto`` to choose them by measured speed per batch
+            (:mod:`campflow.threads`).
     """
 
     def __init__(
@@ -128,12 +131,15 @@ class LocalPolicy(Policy):
         model_id: str | None = None,
         device: str = "auto",
         precision: str = "auto",
+        cpu_threads: int | str = "auto",
     ) -> None:
         self.path = str(path)
         self.model_id = model_id or stamped_model_id(self.path) or self.path
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.temperature, self.seed = temperature, seed
-        self.hardware = resolve_hardware(device, precision)  # a setting this machine lacks fails here, at once
+        # a setting this machine lacks fails here, at once
+        self.hardware = resolve_hardware(device, precision, cpu_threads=cpu_threads)
+        self.threads = self.hardware.thread_tuner()
         self._format: Any = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task | None = None
@@ -216,6 +222,9 @@ class LocalPolicy(Policy):
                 self._batches += 1
                 if self.temperature > 0:
                     torch.manual_seed(self.seed * 1_000_003 + self._batches)
+                started = time.perf_counter()
+                if self.threads is not None:
+                    self.threads.apply()  # on this (worker) thread: torch keeps the count per thread
                 generated = model.generate(
                     input_ids=input_ids,
                     attention_mask=attention,
@@ -224,6 +233,9 @@ class LocalPolicy(Policy):
                     eos_token_id=tokenizer.eos_token_id,
                     **sampling,
                 )
+                if self.threads is not None:  # work: sequences x decoding steps (the prompt is one pass)
+                    steps = max(1, generated.shape[1] - width)
+                    self.threads.record(time.perf_counter() - started, float(generated.shape[0] * steps))
             outputs = [row[width:].tolist() for row in generated]
         replies: list[PolicyReply | Exception] = []
         it = iter(outputs)

@@ -259,7 +259,7 @@ def train_rl_command(
 def _hardware(cfg):  # noqa: ANN001, ANN202
     from campflow.hardware import resolve_hardware
 
-    return resolve_hardware(cfg.training.device, cfg.training.precision)
+    return resolve_hardware(cfg.training.device, cfg.training.precision, cpu_threads=cfg.training.cpu_threads)
 
 
 def _report(result) -> None:  # noqa: ANN001

@@ -65,7 +65,7 @@ def sft_task(cfg: CampflowConfig, base: str, dataset_id: str) -> str:
         base,
         dataset_id,
         cfg.training.sft,
-        hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
+        hardware=resolve_hardware(cfg.training.device, cfg.training.precision, cpu_threads=cfg.training.cpu_threads),
         report_to=cfg.training.report_to,
     ).checkpoint.model_id
 
@@ -89,7 +89,7 @@ def rl_task(cfg: CampflowConfig, base: str, instance_ids: list[str] | None = Non
         cfg.training.bootcamps,
         cfg.training.rl,
         cfg.training.levels,
-        hardware=resolve_hardware(cfg.training.device, cfg.training.precision),
+        hardware=resolve_hardware(cfg.training.device, cfg.training.precision, cpu_threads=cfg.training.cpu_threads),
         report_to=cfg.training.report_to,
         instances=instances,
     ).checkpoint.model_id

@@ -13,7 +13,7 @@ def ensure_base(store: Store, cfg: CampflowConfig) -> checkpoints.Checkpoint:
     """The registered base model for ``cfg.training`` (built now if it does not exist yet), saved in the
     training precision (float32 on a CPU)."""
     bootcamps = sorted(cfg.training.bootcamps)
-    hardware = resolve_hardware(cfg.training.device, cfg.training.precision)
+    hardware = resolve_hardware(cfg.training.device, cfg.training.precision, cpu_threads=cfg.training.cpu_threads)
     dtype = [] if hardware.dtype == "float32" else [hardware.dtype]  # weights saved in half precision differ
     model_id = checkpoints.checkpoint_id("base", cfg.training.tiny.model_dump(), bootcamps, *dtype)
     existing = checkpoints.find(store, model_id)

@@ -30,7 +30,7 @@ from campflow.training import checkpoints
 from campflow.training.adapters import adapter_metrics, starting_model
 from campflow.training.distributed import is_main_process, processes
 from campflow.training.environments import environment_factories
-from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet
+from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet, threads_callback
 from campflow.training.templates import check_rl_template
 from campflow.training.tracking import tracking_args, trainer_dir
 
@@ -166,6 +166,7 @@ def train_rl(
         tokenizer = AutoTokenizer.from_pretrained(parent.path, padding_side="left")
     check_rl_template(tokenizer, parent.path)
     start = starting_model(parent, cfg.lora, hardware)
+    tuner = hardware.thread_tuner()
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main) as out:
         args = grpo_arguments(
@@ -179,7 +180,7 @@ def train_rl(
                 processing_class=tokenizer,
                 environment_factory=environment_factories(bootcamps),
                 peft_config=start.peft_config,
-                callbacks=[progress_callback("rl", "RL")],
+                callbacks=[progress_callback("rl", "RL"), *threads_callback(tuner)],
             )
         )
         started = time.perf_counter()
@@ -197,6 +198,7 @@ def train_rl(
             "instances": len(instances),
             "device": hardware.kind,
             "precision": hardware.precision,
+            **(tuner.summary() if tuner is not None else {}),
             **adapter_metrics(start, trainer.model, cfg.lora),
         }
         if not main:

@@ -13,7 +13,7 @@ import dataclasses
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from campflow.config import SFTConfig
 from campflow.errors import CampflowError
 from campflow.hardware import Hardware, resolve_hardware
 from campflow.storage.store import Store
+from campflow.threads import ThreadTuner
 from campflow.training import checkpoints
 from campflow.training.adapters import adapter_metrics, starting_model
 from campflow.training.distributed import is_main_process, processes
@@ -73,6 +74,26 @@ def progress_callback(key: str, description: str) -> Any:
     return Report()
 
 
+def threads_callback(tuner: ThreadTuner | None, work: Callable[[], float] | None = None) -> list[Any]:
+    """A TrainerCallback that runs each step under ``tuner``'s thread count and reports its time per unit
+    of ``work`` (a running count, e.g. token positions; default: steps). ``[]`` without a tuner."""
+    if tuner is None:
+        return []
+    from transformers import TrainerCallback
+
+    class Threads(TrainerCallback):
+        started, done = 0.0, 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+            tuner.apply()  # on the training thread, where the step computes
+            self.started, self.done = time.perf_counter(), work() if work else 0.0
+
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            tuner.record(time.perf_counter() - self.started, (work() - self.done) if work else 1.0)
+
+    return [Threads()]
+
+
 def checkpointing_arg(config_class: type, enabled: bool) -> dict[str, bool]:
     """The training-args field that turns activation (gradient) checkpointing on or off.
 
@@ -84,7 +105,8 @@ def checkpointing_arg(config_class: type, enabled: bool) -> dict[str, bool]:
 
 
 def sft_trainer(fused_loss: bool, **kwargs: Any) -> Any:
-    """TRL's SFTTrainer that counts the tokens it trains on (``tokens_seen``), with TRL's loss
+    """TRL's SFTTrainer that counts the tokens it trains on (``tokens_seen``, and ``positions`` with
+    padding), with TRL's loss
     (``fused_loss``) or the model's own cross-entropy.
 
     TRL computes the SFT loss through a chunked, fused lm-head kernel that saves GPU memory on large
@@ -97,11 +119,13 @@ def sft_trainer(fused_loss: bool, **kwargs: Any) -> Any:
     from trl import SFTTrainer
 
     class CountingSFTTrainer(SFTTrainer):
-        tokens_seen = 0
+        tokens_seen = 0  # tokens trained on
+        positions = 0  # token positions computed, padding included
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001
             if model.training and "attention_mask" in inputs:
                 self.tokens_seen += int(inputs["attention_mask"].sum())
+                self.positions += int(inputs["attention_mask"].numel())
             if fused_loss:
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             inputs["use_cache"] = False
@@ -200,6 +224,7 @@ def train_sft(
             report_to=report_to,
             run_name=model_id,
         )
+        tuner = hardware.thread_tuner()
         trainer = quiet(
             sft_trainer(
                 cfg.fused_loss,
@@ -211,6 +236,8 @@ def train_sft(
                 callbacks=[progress_callback("sft", "SFT")],
             )
         )
+        for callback in threads_callback(tuner, lambda: float(trainer.positions)):
+            trainer.add_callback(callback)
         started = time.perf_counter()
         result = trainer.train()
         elapsed = time.perf_counter() - started
@@ -227,6 +254,7 @@ def train_sft(
             "loss_curve": losses,
             "device": hardware.kind,
             "precision": hardware.precision,
+            **(tuner.summary() if tuner is not None else {}),
             **adapter_metrics(start, trainer.model, cfg.lora),
         }
         if not main:
