@@ -159,6 +159,19 @@ def test_a_message_outside_the_action_schema_is_refused_and_the_session_goes_on(
         assert env.reset(seed=1).observation["turn"] == 0
 
 
+def test_openenvs_stateless_http_routes_answer_a_bad_request_plainly(servers: dict[str, str]) -> None:
+    import requests
+
+    url = servers["calculator"]
+    reset = requests.post(f"{url}/reset", json={"seed": 2, "level": 1}, timeout=60)
+    assert reset.status_code == 200 and reset.json()["observation"]["level"] == 1
+    refused = requests.post(f"{url}/reset", json={"level": 9}, timeout=60)
+    assert refused.status_code == 422 and "level 9 is not served here" in refused.json()["detail"]
+    step = requests.post(f"{url}/step", json={"action": {"tool": "submit", "arguments": {"answer": 1}}}, timeout=60)
+    assert step.status_code == 200 and step.json()["done"]  # HTTP holds no session: each request a fresh env
+    assert step.json()["observation"]["text"] == "Error: no episode is running; call reset to start one."
+
+
 def test_resets_serve_train_instances_never_the_eval_split_or_a_probe(servers: dict[str, str]) -> None:
     bootcamp = registry.make("calculator")
     evals = {i.id for i in eval_instances(bootcamp, 400)}  # the first 40 are on record, all are its seed range

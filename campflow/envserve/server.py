@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from campflow.errors import EnvServerError
+from campflow.errors import CampflowError, EnvServerError
 from campflow.rollout.engine import RolloutSettings
 
 if TYPE_CHECKING:
@@ -72,9 +72,11 @@ def build_app(stream: TrainStream, settings: RolloutSettings = RolloutSettings()
 
     _check_setup(stream.bootcamp, stream, settings)
     factory = functools.partial(BootcampEnvironment, stream.bootcamp, stream, settings)
-    return create_app(
+    app = create_app(
         factory, BootcampAction, BootcampObservation, env_name=stream.bootcamp.name, max_concurrent_envs=sessions
     )
+    app.add_exception_handler(CampflowError, _refused)  # the WebSocket path already answers them as errors
+    return app
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -167,6 +169,13 @@ class _CleanDisconnects:
             await self.app(scope, receive, send)
         except WebSocketDisconnect:
             pass
+
+
+async def _refused(request: Any, exc: Exception) -> Any:
+    """A request campflow refuses on HTTP (``/reset`` with a level not served): 422 and the one line."""
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(status_code=422, content={"detail": str(exc)})
 
 
 def _check_setup(bootcamp: Bootcamp, stream: TrainStream, settings: RolloutSettings) -> None:
