@@ -91,5 +91,12 @@ class ImportSourceError(CampflowError):
     exit_code = 2
 
 
+class EnvServerError(CampflowError):
+    """A bootcamp cannot be served as an OpenEnv environment (``campflow env serve``): a busy port, a host
+    that cannot be listened on, a bootcamp that cannot start an episode."""
+
+    exit_code = 2
+
+
 class ServingError(CampflowError):
     """A server for a checkpoint could not be started, answered wrongly, or died (``serving`` config)."""
