@@ -44,6 +44,7 @@ def main() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     from campflow.config import TinyModelConfig, load_config
     from campflow.flows.evaluate import evaluate
+    from campflow.storage.workspace import Workspace
     from campflow.training.tinymodel import build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,7 +64,7 @@ def main() -> None:
                 ),
                 ["calculator", "maze"],
             )
-        rates = {}
+        rates, outcomes, passed = {}, {}, {}
         for kind in ("inprocess", "launch"):
             cfg = load_config(
                 None,
@@ -89,12 +90,21 @@ def main() -> None:
             wall = time.perf_counter() - started  # includes starting (and stopping) the server
             t = summary.throughput
             rates[kind] = t["episodes_per_s"]
+            store = Workspace.from_config(cfg).store
+            rows = store.query(f"SELECT instance_id, success FROM episodes WHERE run_id = 'bench-{kind}'")
+            outcomes[kind] = {r["instance_id"]: bool(r["success"]) for r in rows}
+            passed[kind] = summary.pass_rates
             print(
                 f"{kind:9s} {summary.ran} episodes: {t['episodes_per_s']:.2f} episodes/s during rollouts, "
                 f"{t['tokens_per_s']:.0f} tokens/s, {t['latency_per_turn_s'] * 1000:.0f} ms/turn; "
                 f"{wall:.1f}s with startup; terminations {summary.terminations}",
                 flush=True,
             )
+        both = outcomes["inprocess"].keys() & outcomes["launch"].keys()
+        same = sum(outcomes["inprocess"][i] == outcomes["launch"][i] for i in both)
+        for kind in passed:
+            print(f"pass rates {kind:9s} " + ", ".join(f"{b} {r:.1%}" for b, r in sorted(passed[kind].items())))
+        print(f"same outcome (solved or not) on {same}/{len(both)} instances, greedy decoding on both sides")
         print(f"RATIO serving({args.server}) / inprocess episodes/s = {rates['launch'] / rates['inprocess']:.2f}")
 
 

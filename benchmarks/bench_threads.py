@@ -28,12 +28,13 @@ from pathlib import Path
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# each competitor stops by itself once this benchmark is gone (its parent changes)
 COMPETITORS = {
     "none": None,
-    "spin": "while True: pass",
+    "spin": "while os.getppid() == PARENT:\n    for _ in range(200_000): pass",
     "torch": (
         "import torch\ntorch.set_num_threads(os.cpu_count() or 1)\na = torch.randn(256, 256)\n"
-        "while True: a = torch.tanh(a @ a)"
+        "while os.getppid() == PARENT: a = torch.tanh(a @ a)"
     ),
 }
 
@@ -43,7 +44,8 @@ def competitor(kind: str) -> subprocess.Popen | None:
     code = COMPETITORS[kind]
     if code is None:
         return None
-    proc = subprocess.Popen([sys.executable, "-c", "import os\n" + code], start_new_session=True)
+    prelude = f"import os\nPARENT = {os.getpid()}\n"
+    proc = subprocess.Popen([sys.executable, "-c", prelude + code], start_new_session=True)
     time.sleep(1.0)  # let it reach its loop (torch's import takes a moment)
     return proc
 
@@ -60,6 +62,7 @@ def main() -> None:
     ap.add_argument("--gen-batches", type=int, default=30, help="timed generation batches per cell")
     ap.add_argument("--batch", type=int, default=8)
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally that stops a competitor
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
