@@ -70,7 +70,7 @@ def apply_limits(limits: dict[str, Any]) -> None:
     size = int(limits["file_mb"]) * 1024 * 1024
     for which, soft, hard in (
         (resource.RLIMIT_AS, memory, memory),
-        (resource.RLIMIT_CPU, cpu, cpu + 2),
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
         (resource.RLIMIT_FSIZE, size, size),
         (resource.RLIMIT_NPROC, int(limits["max_processes"]), int(limits["max_processes"])),
         (resource.RLIMIT_CORE, 0, 0),
