@@ -213,18 +213,26 @@ def test_generation_that_depends_on_the_hash_seed_is_refused_across_processes(tm
 
 
 @pytest.mark.parametrize(
-    ("reply", "task_file"),
-    [("unit_conversion.reply.md", "unit_conversion"), ("inventory.reply.md", "inventory")],
+    ("task_file", "replies", "first_failures"),
+    [
+        ("unit_conversion", ["unit_conversion.reply.md"], []),
+        ("inventory", ["inventory.reply.md"], []),
+        ("inventory", ["inventory.first_reply.md", "inventory.reply.md"], [("examples", None)]),
+    ],
+    ids=["unit_conversion", "inventory", "inventory repaired"],
 )
-def test_the_shipped_example_tasks_are_accepted_with_their_examples(tmp_path: Path, reply: str, task_file: str) -> None:
+def test_the_shipped_example_tasks_are_accepted_with_their_examples(
+    tmp_path: Path, task_file: str, replies: list[str], first_failures: list[tuple[str, int | None]]
+) -> None:
     result, _, _ = _author(
         tmp_path,
         EXAMPLES / f"{task_file}.md",
-        [(EXAMPLES / reply).read_text()],
+        [(EXAMPLES / r).read_text() for r in replies],
         examples=EXAMPLES / f"{task_file}.jsonl",
     )
-    assert result.accepted and len(result.rounds) == 1, result.reasons
-    checks = [(v.check, v.level) for v in result.rounds[0].verdicts]
+    assert result.accepted and len(result.rounds) == len(replies), result.reasons
+    assert [(v.check, v.level) for v in result.rounds[0].verdicts if v.passed is False] == first_failures
+    checks = [(v.check, v.level) for v in result.rounds[-1].verdicts]
     assert ("examples", None) in checks and ("across_processes", 3) in checks and len(checks) == 16
 
 

@@ -141,7 +141,7 @@ class _Runner:
                 f" ({len(refusals)} refusals)" if len(refusals) > 1 else ""
             )
         if problem is not None and "seed" in evidence and "instance" not in evidence:
-            evidence["instance"] = _instance_text(self.bootcamp_of(evidence), evidence)
+            evidence["instance"] = _instance_text(evidence.get("bootcamp"), evidence)
         self.emit(
             {
                 "verdict": {
@@ -154,10 +154,6 @@ class _Runner:
             }
         )
         return problem is None
-
-    @staticmethod
-    def bootcamp_of(evidence: dict[str, Any]) -> Bootcamp | None:
-        return evidence.get("bootcamp")
 
 
 def _per_seed(
@@ -172,7 +168,7 @@ def _per_seed(
     for seed in seeds:
         evidence["seed"] = seed
         check(bootcamp, level, [seed])
-    evidence.pop("seed")
+    evidence.pop("seed", None)
 
 
 def _deterministic(
@@ -184,7 +180,7 @@ def _deterministic(
     for seed in seeds:
         evidence["seed"] = seed
         found[seed] = generated(bootcamp, level, seed)[1]
-    evidence.pop("seed")
+    evidence.pop("seed", None)
 
 
 def _wrong(bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict[str, Any]) -> str | None:
@@ -199,7 +195,7 @@ def _wrong(bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict[
                 f"{score.reward}, success {score.success}; expected no success and at most "
                 f"{bootcamp.wrong_answer_bound} (score must judge what was submitted)"
             )
-    evidence.pop("seed")
+    evidence.pop("seed", None)
     return None
 
 

@@ -31,8 +31,6 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.S)
 _PYTHON = {"python", "py", "python3"}
 
 RULES = """\
-Rules for the module you write:
-
 1. Import only the Python standard library, pydantic, `campflow.bootcamps.base` (it exports Action,
    Bootcamp, Instance, NoArgs, Observation, Params, Score, State, ToolArgs and tool) and
    `campflow.errors.ToolError`. Define exactly one Bootcamp subclass.
@@ -52,7 +50,7 @@ Rules for the module you write:
    `new_state` to set them up from `instance.data` (copy what the tools mutate).
 6. `score(instance, state, transcript)` judges the state (the transcript may be empty). It also runs
    when nothing was submitted (`state.answer` None): an episode in which the agent did nothing must
-   not succeed.
+   not succeed, nor score above `wrong_answer_bound`.
 7. `oracle(instance, state)` returns the next correct Action from any state. Played turn after turn it
    must end with a final tool scoring reward 1.0 and success True within `max_turns(instance)`, on
    every one of {instances} instances of every level.
@@ -92,7 +90,7 @@ def system_prompt(cfg: AuthorConfig, name: str, *, with_examples: bool) -> str:
         f"## The methods a bootcamp writes\n\n{_methods()}\n\n"
         f"## The value types (campflow/bootcamps/values.py)\n\n```python\n{_values()}\n```\n\n"
         f"# The contract: campflow/bootcamps/contract.py\n\n{inspect.cleandoc(contract.__doc__ or '')}\n\n"
-        f"# {rules}"
+        f"# Rules for the module you write\n\n{rules}"
     )
 
 
