@@ -287,3 +287,29 @@ def test_the_command_line_authors_a_bootcamp_that_later_commands_use_by_name(tmp
     assert "round 1: module" in out.stdout and "accepted au-unit_conversion" in out.stdout
     listed = run_cli("bootcamps", "sample", "au-unit_conversion", *db, cwd=tmp_path)
     assert listed.returncode == 0 and "demonstration: solved" in listed.stdout, listed.stderr
+
+
+@pytest.mark.parametrize(
+    ("reply", "module", "problem"),
+    [
+        ("Sure.\n```python\nclass A(Bootcamp):\n    pass\n```\n", "class A(Bootcamp):\n    pass\n", ""),
+        (
+            "<think>try ```python\nx = 1\n```</think>\n```py\nclass B(Bootcamp): ...\n```",
+            "class B(Bootcamp): ...\n",
+            "",
+        ),
+        (
+            "```python\nimport os\n```\nand the module:\n```python\nclass C(Bootcamp): ...\n```",
+            "class C(Bootcamp): ...\n",
+            "",
+        ),
+        ("```\nclass D(Bootcamp): ...\n```", "class D(Bootcamp): ...\n", ""),
+        ("```python\nclass E(Bootcamp):\n    def build(self", None, "is not closed"),
+        ("I cannot help with that.", None, "holds no ```python code block ('I cannot help with that.')"),
+        ("", None, "the reply was empty"),
+    ],
+    ids=["plain", "reasoning ignored", "last bootcamp block", "unlabelled", "cut off", "prose", "empty"],
+)
+def test_the_module_is_read_from_the_reply(reply: str, module: str | None, problem: str) -> None:
+    found, why = read_module(reply)
+    assert found == module and problem in why

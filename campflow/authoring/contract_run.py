@@ -100,16 +100,15 @@ def _verdicts(run: ChildRun, with_examples: bool) -> tuple[list[Verdict], dict[s
             running = None
         elif "info" in event:
             info = event["info"]
-    if run.ended is not None:
-        check, level = running or ("imports", None)
-        verdicts.append(
-            Verdict(check, level, False, f"the sandboxed process {run.ended}", {"stderr": run.stderr_tail[-1500:]})
-        )
+    expected = _expected(info.get("levels"), with_examples)
+    if run.ended is not None:  # blame the check it was in, or (between two) the next one
+        done = {(v.check, v.level) for v in verdicts}
+        check, level = running or next((c for c in expected if c not in done), ("imports", None))
+        evidence = {"stderr": run.stderr_tail[-1500:]}
+        verdicts.append(Verdict(check, level, False, f"the sandboxed process {run.ended}", evidence))
     why = _why_not_run(verdicts, run)
     done = {(v.check, v.level) for v in verdicts}
-    for check, level in _expected(info.get("levels"), with_examples):
-        if (check, level) not in done:
-            verdicts.append(Verdict(check, level, None, f"not run: {why}"))
+    verdicts += [Verdict(c, lv, None, f"not run: {why}") for c, lv in expected if (c, lv) not in done]
     return verdicts, info
 
 

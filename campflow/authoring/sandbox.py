@@ -102,7 +102,10 @@ def sandbox_folder(source: str, limits: SandboxConfig) -> Iterator[Path]:
         (folder / MODULE_FILE).write_text(source, encoding="utf-8")
         yield folder
     finally:
-        shutil.rmtree(folder, onerror=_writable_then_retry)
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(folder, onexc=_writable_then_retry)
+        else:  # the same handler under its older name
+            shutil.rmtree(folder, onerror=_writable_then_retry)
 
 
 def run_confined(source: str, plan: dict[str, Any], limits: SandboxConfig, *, hash_seed: str = "1") -> ChildRun:
