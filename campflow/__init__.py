@@ -29,6 +29,7 @@ function               command                       defined in
 ``train_sft``          ``campflow train sft``        ``campflow.training.sft``
 ``train_rl``           ``campflow train rl``         ``campflow.training.rl``
 ``import_bootcamp``    ``campflow import``           ``campflow.storage.imports``
+``author_bootcamp``    ``campflow author``           ``campflow.authoring.author``
 ``run_sql``            ``campflow sql``              ``campflow.storage.query``
 ``write_report``       ``campflow report``           ``campflow.report.page``
 =====================  ============================  ==============================================
@@ -58,6 +59,7 @@ API: dict[str, tuple[str, str]] = {
     "train_sft": ("campflow.training.sft", "train_sft"),
     "train_rl": ("campflow.training.rl", "train_rl"),
     "import_bootcamp": ("campflow.storage.imports", "import_bootcamp"),
+    "author_bootcamp": ("campflow.authoring.author", "author_bootcamp"),
     "run_sql": ("campflow.storage.query", "run_sql"),
     "write_report": ("campflow.report.page", "write_report"),
 }

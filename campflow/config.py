@@ -406,6 +406,56 @@ class WatchConfig(Section):
     interval_seconds: int = Field(3600, ge=1, description="how often `campflow serve` runs watch")
 
 
+class AuthorLLMConfig(Section):
+    """The OpenAI-compatible model that writes bootcamp modules (``campflow author``)."""
+
+    model: str | None = Field(None, description="endpoint model name; required by campflow author (--model)")
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the API key, if any")
+    temperature: float = Field(0.2, ge=0, le=2, description="sampling temperature of each module written")
+    max_tokens: int = Field(8192, ge=256, le=1_000_000, description="completion tokens per reply (a whole module)")
+    timeout: float = Field(300.0, gt=0, description="seconds per request before it is retried")
+    max_retries: int = Field(2, ge=0, le=20, description="retries (with backoff) before authoring fails")
+
+
+class SandboxConfig(Section):
+    """Limits of the sandboxed process that runs the contract on a module an LLM wrote.
+
+    The process runs in a fresh temporary folder (its cwd, HOME and TMPDIR), under these rlimits, inside
+    new user, network and PID namespaces where ``unshare`` allows them, and behind an audit hook that
+    refuses sockets, new processes and writes outside its folder (:mod:`campflow.authoring.confine`).
+    """
+
+    wall_s: float = Field(120.0, gt=0, le=86_400, description="wall-clock seconds per sandboxed process")
+    cpu_s: int = Field(120, ge=1, le=86_400, description="CPU seconds per sandboxed process (RLIMIT_CPU)")
+    memory_mb: int = Field(1024, ge=128, le=1_048_576, description="address space in MiB (RLIMIT_AS)")
+    file_mb: int = Field(16, ge=1, le=1_048_576, description="largest file it may write, in MiB (RLIMIT_FSIZE)")
+    max_processes: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="RLIMIT_NPROC (0: no process or thread of its own; root is exempt, where the audit "
+        "hook and the PID namespace hold the line)",
+    )
+    namespaces: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="run inside `unshare -rnp` (no network, own PIDs): auto where it works here, on: "
+        "refuse to run without, off: audit hook and rlimits only",
+    )
+    root: Path | None = Field(None, description="where sandbox folders are made (None: the system temp folder)")
+
+
+class AuthorConfig(Section):
+    """LLM-authored bootcamps: the model, the repair rounds, the contract's size and the sandbox."""
+
+    rounds: int = Field(3, ge=0, le=20, description="repair rounds after the first module (failures go back)")
+    instances: int = Field(
+        200, ge=200, le=100_000, description="instances per level the oracle must solve (and the checks use)"
+    )
+    llm: AuthorLLMConfig = Field(default_factory=AuthorLLMConfig, description="the model that writes modules")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where the contract runs")
+
+
 DEFAULT_LAUNCH_COMMAND = (
     "vllm serve {path} --port {port} --served-model-name {name} --enable-auto-tool-choice --tool-call-parser hermes"
 )
@@ -463,6 +513,7 @@ class CampflowConfig(Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     improve: ImproveConfig = Field(default_factory=ImproveConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
+    author: AuthorConfig = Field(default_factory=AuthorConfig)
 
 
 def load_config(

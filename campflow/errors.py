@@ -100,3 +100,10 @@ class EnvServerError(CampflowError):
 
 class ServingError(CampflowError):
     """A server for a checkpoint could not be started, answered wrongly, or died (``serving`` config)."""
+
+
+class AuthoringError(CampflowError):
+    """``campflow author`` cannot go on: a missing or unreadable task or examples file, an endpoint that
+    cannot be reached, an LLM that never returned a module, a name already taken."""
+
+    exit_code = 2

@@ -43,14 +43,7 @@ def import_bootcamp(
         ImportSourceError: the name is taken (pass ``replace=True`` to re-import an imported name), the
             source cannot become a bootcamp, or the vetting refuses it.
     """
-    existing = next((e for e in registry.entries() if e.name == spec.name), None)
-    if existing is not None and existing.origin != "imported":
-        raise ImportSourceError(
-            f"the name {spec.name!r} belongs to a {existing.origin} bootcamp; choose another with --as/--name"
-        )
-    recorded_names = {s.name for s in recorded(store)}
-    if spec.name in recorded_names and not replace:
-        raise ImportSourceError(f"{spec.name!r} is already imported; pass --replace to import it again")
+    check_name_free(spec.name, store, replace=replace)
     bootcamp = build_bootcamp(spec)
     vetted = vet_import(spec, bootcamp, cross_process=cross_process, level_seconds=level_seconds, say=say)
     if vetted != spec:  # levels dropped or the bound raised: the bootcamp on record is the vetted one
@@ -59,6 +52,23 @@ def import_bootcamp(
     record(store, spec)
     register_import(spec, replace=True)
     return spec, bootcamp
+
+
+def check_name_free(name: str, store: Store, *, replace: bool = False) -> None:
+    """Refuse ``name`` for a new import (or authored bootcamp) where it is taken.
+
+    Raises:
+        ImportSourceError: a built-in or user bootcamp has the name, or an import of that name is on record
+            and ``replace`` is False.
+    """
+    existing = next((e for e in registry.entries() if e.name == name), None)
+    if existing is not None and existing.origin != "imported":
+        raise ImportSourceError(
+            f"the name {name!r} belongs to a {existing.origin} bootcamp; choose another with --as/--name"
+        )
+    recorded_names = {s.name for s in recorded(store)}
+    if name in recorded_names and not replace:
+        raise ImportSourceError(f"{name!r} is already imported; pass --replace to import it again")
 
 
 def record(store: Store, spec: ImportSpec) -> None:

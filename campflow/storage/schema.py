@@ -210,6 +210,41 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE cycles ADD COLUMN decision VARCHAR",  # why the candidate was (not) promoted
         ],
     ),
+    (
+        5,
+        "authored bootcamps: attempts and the contract's verdicts",
+        [
+            """CREATE TABLE author_attempts (
+            attempt_id VARCHAR PRIMARY KEY,
+            name VARCHAR NOT NULL,             -- the bootcamp's name
+            task_path VARCHAR NOT NULL,
+            task_sha256 VARCHAR NOT NULL,
+            examples_path VARCHAR,
+            examples INTEGER NOT NULL,
+            model VARCHAR,                     -- the LLM that wrote the modules
+            status VARCHAR NOT NULL,           -- running, accepted, rejected, failed
+            rounds INTEGER NOT NULL,           -- replies judged so far (1: the first, then repairs)
+            source_sha256 VARCHAR,             -- the accepted module, or the last one judged
+            module_path VARCHAR,               -- that module's file in the workspace
+            reasons VARCHAR,                   -- rejected or failed: why
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP
+        )""",
+            """CREATE TABLE author_verdicts (
+            attempt_id VARCHAR NOT NULL,
+            name VARCHAR NOT NULL,
+            round INTEGER NOT NULL,
+            check_name VARCHAR NOT NULL,       -- campflow.authoring.checks.CHECKS
+            level INTEGER,                     -- per-level checks; NULL for the others
+            passed BOOLEAN,                    -- NULL: not run
+            reason VARCHAR,
+            evidence JSON,                     -- seed, instance, traceback tail, stderr
+            source_sha256 VARCHAR,             -- the module judged; NULL when the reply held none
+            isolation VARCHAR,                 -- the sandbox's layers, e.g. namespaces+rlimits+audit hook
+            decided_at TIMESTAMP NOT NULL
+        )""",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -331,6 +366,14 @@ VIEWS: dict[str, str] = {
         JOIN variants v ON v.variant_id = i.variant_id
         LEFT JOIN clusters k ON k.cluster_id = v.cluster_id
         GROUP BY ALL""",
+    # One row per round of `campflow author`: the module judged and which checks it failed.
+    "author_rounds": """
+        SELECT attempt_id, name, round, any_value(source_sha256) AS source_sha256,
+               count(*) FILTER (WHERE passed) AS passed, count(*) FILTER (WHERE NOT passed) AS failed,
+               count(*) FILTER (WHERE passed IS NULL) AS not_run,
+               string_agg(DISTINCT check_name, ', ' ORDER BY check_name) FILTER (WHERE NOT passed) AS failed_checks,
+               bool_and(coalesce(passed, false)) AS accepted, min(decided_at) AS decided_at
+        FROM author_verdicts GROUP BY attempt_id, name, round""",
     "curriculum_levels": """
         SELECT bootcamp, nullif(cluster_id, '') AS cluster_id, arg_max(next_level, decided_at) AS level,
                arg_max(pass_rate, decided_at) AS last_pass_rate, max(decided_at) AS decided_at

@@ -11,7 +11,8 @@ Scripts decide the assistant message for a request:
 - :class:`ReplyScript` returns canned messages in order (for synthesizer and malformed-output tests).
 
 Run it as a process (for benchmarks): ``python -m campflow.testing.endpoint --bootcamps calculator,maze
---n 500 --latency 0.05``; it prints its base URL on the first line of stdout.
+--n 500 --latency 0.05``, or with canned replies read from files (``--replies a.md b.md``, for
+demonstrating ``campflow author``); it prints its base URL on the first line of stdout.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -288,7 +290,7 @@ class ScriptedEndpoint:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve an oracle script for the eval split of some bootcamps until killed."""
+    """Serve an oracle script for the eval split of some bootcamps (or canned replies) until killed."""
     from campflow.bootcamps.splits import eval_instances
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -297,11 +299,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--text", action="store_true", help="answer with <tool_call> text, not native calls")
+    parser.add_argument(
+        "--replies",
+        nargs="+",
+        metavar="FILE",
+        help="answer with these files' texts in order (the last repeated) instead of the oracle, "
+        "e.g. the scripted modules of examples/author/",
+    )
     args = parser.parse_args(argv)
-    instances = [
-        i for name in registry.parse_names(args.bootcamps) for i in eval_instances(registry.make(name), args.n)
-    ]
-    endpoint = ScriptedEndpoint(OracleScript(instances, as_text=args.text), latency=args.latency)
+    if args.replies:
+        script: Script = ReplyScript([Path(f).read_text(encoding="utf-8") for f in args.replies])
+    else:
+        instances = [
+            i for name in registry.parse_names(args.bootcamps) for i in eval_instances(registry.make(name), args.n)
+        ]
+        script = OracleScript(instances, as_text=args.text)
+    endpoint = ScriptedEndpoint(script, latency=args.latency)
 
     async def serve() -> None:
         await endpoint.start_async(args.port)

@@ -11,6 +11,7 @@ adapter                 source                                  module
 ``gymnasium``           an environment id with discrete actions :mod:`~campflow.bootcamps.adapters.gym_envs`
 ``function-calling``    a JSONL file or a saved HF dataset      :mod:`~campflow.bootcamps.adapters.function_calling`
 ``internbootcamp``      a class by dotted path (or file.py:Cls) :mod:`~campflow.bootcamps.adapters.class_bootcamps`
+``authored``            a module an LLM wrote (campflow author) :mod:`~campflow.bootcamps.adapters.authored`
 ======================  ======================================  ==============================================
 
 :func:`register_import` puts a spec in the registry (``origin="imported"``) by dotted path plus the
@@ -49,7 +50,7 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError
 
-AdapterName = Literal["reasoning-gym", "gymnasium", "function-calling", "internbootcamp"]
+AdapterName = Literal["reasoning-gym", "gymnasium", "function-calling", "internbootcamp", "authored"]
 
 #: adapter name -> "module:function" building a Bootcamp from an ImportSpec
 ADAPTERS: dict[str, str] = {
@@ -57,6 +58,7 @@ ADAPTERS: dict[str, str] = {
     "gymnasium": "campflow.bootcamps.adapters.gym_envs:build",
     "function-calling": "campflow.bootcamps.adapters.function_calling:build",
     "internbootcamp": "campflow.bootcamps.adapters.class_bootcamps:build",
+    "authored": "campflow.bootcamps.adapters.authored:build",
 }
 
 #: name prefix of each adapter's default bootcamp names (``rg-basic_arithmetic``, ``gym-Taxi-v4``)
@@ -65,6 +67,7 @@ NAME_PREFIX: dict[str, str] = {
     "gymnasium": "gym",
     "function-calling": "fc",
     "internbootcamp": "ib",
+    "authored": "au",
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")

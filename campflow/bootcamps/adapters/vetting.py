@@ -146,16 +146,25 @@ def _nondeterminism(
         f"{spec.adapter} source {spec.source!r} gives another task for the same instance in another "
         f"process (level {level}, seed {seed})"
     )
-    if again.digests.get(seed) == a.digests.get(seed):
-        cause = (
+    cause = nondeterminism_cause(a.digests.get(seed), b.digests.get(seed), again.digests.get(seed))
+    return f"{where}: {cause}; not imported, since an instance id must always mean one task"
+
+
+def nondeterminism_cause(first: str | None, second: str | None, again: str | None) -> str:
+    """Why one instance differed between two processes, from its digest in each and in a third.
+
+    ``first`` ran with hash seed :data:`HASH_SEEDS` [0] in generation order, ``second`` with [1] in the
+    opposite order, ``again`` with the first's hash seed in the second's order: agreeing with the first,
+    the hash seed is the cause; with the second, the order; with neither, neither.
+    """
+    if again == first:
+        return (
             "it depends on the hash seed (PYTHONHASHSEED 1 and 2 differ: the order of a set or dict of "
             "strings), which campflow cannot seed"
         )
-    elif again.digests.get(seed) == b.digests.get(seed):
-        cause = "it depends on the order instances are generated in (state kept between instances)"
-    else:
-        cause = "it differs even with the same hash seed and order (an unseeded generator, the clock)"
-    return f"{where}: {cause}; not imported, since an instance id must always mean one task"
+    if again == second:
+        return "it depends on the order instances are generated in (state kept between instances)"
+    return "it differs even with the same hash seed and order (an unseeded generator, the clock)"
 
 
 def _in_process(what: str, bootcamp: Bootcamp, level: int) -> LevelProbe:

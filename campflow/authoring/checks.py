@@ -1,0 +1,291 @@
+"""The contract on one authored module, as it runs inside the sandbox (:mod:`campflow.authoring.confine`).
+
+:data:`CHECKS` is the one list of what an authored module is judged on, in order:
+
+==================  ================================================================================
+check               passes when
+==================  ================================================================================
+``reply``           the model's reply holds a ``python`` code block (judged by the parent)
+``imports``         the module imports and defines exactly one Bootcamp subclass, built by the
+                    ``authored`` adapter as evaluation will build it
+``declarations``    :func:`~campflow.bootcamps.contract.check_declarations`: three levels or more, each
+                    its own params, and a final tool
+``deterministic``   per level, :func:`~campflow.bootcamps.contract.check_deterministic` on every seed
+``oracle``          per level, the oracle solves every instance with reward 1
+                    (:func:`~campflow.bootcamps.contract.check_oracle_solves`)
+``wrong_answer``    per level, a wrong ending never succeeds and stays within ``wrong_answer_bound``
+                    (:func:`~campflow.bootcamps.contract.check_wrong_endings_bounded`), and an episode
+                    in which the agent did nothing does not succeed
+``examples``        each example's input, through the module's ``example_identity``, is solved by the
+                    oracle with the example's answer (:func:`answers_match`); only with examples
+``across_processes`` per level, a second process (another hash seed, the opposite order) generates the
+                    same instances: the same digest (:func:`~campflow.bootcamps.adapters.probes.generated`)
+                    for every seed (judged by the parent from both processes' digests)
+==================  ================================================================================
+
+Each check becomes one verdict event (``check``, ``level``, ``passed``, ``reason``, ``evidence``: the
+seed, the instance, the traceback's tail); a ``start`` event before it lets the parent blame the right
+check when the process dies or runs out of time inside it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from campflow.bootcamps import contract
+from campflow.bootcamps.adapters import ImportSpec
+from campflow.bootcamps.adapters.authored import build
+from campflow.bootcamps.adapters.probes import generated
+from campflow.bootcamps.base import Bootcamp, Instance
+from campflow.errors import ContractError, ImportSourceError
+from campflow.serialization import canonical_json
+
+CHECKS: tuple[str, ...] = (
+    "reply",
+    "imports",
+    "declarations",
+    "deterministic",
+    "oracle",
+    "wrong_answer",
+    "examples",
+    "across_processes",
+)
+LEVEL_CHECKS = ("deterministic", "oracle", "wrong_answer", "across_processes")  # one verdict per level
+MODULE_FILE = "module.py"  # the module's name in its sandbox folder
+EVIDENCE_CHARS = 1500
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class LimitReached(BaseException):
+    """A sandbox limit the module ran into (CPU time). A BaseException, so ``except Exception`` in the
+    module does not swallow it."""
+
+
+def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[str]]) -> None:
+    """Run the planned checks on the module in the cwd, emitting ``start``, ``verdict``, ``info`` and
+    ``digests`` events; with ``plan["digests_only"]`` only build it and emit the digests."""
+    runner = _Runner(plan, emit, refused)
+    spec = ImportSpec(
+        name=plan["name"],
+        adapter="authored",
+        source=str(Path(MODULE_FILE).resolve()),
+        options={"sha256": plan["sha256"]},
+    )
+    made: list[Bootcamp] = []
+    if not runner.check("imports", None, lambda ev: made.append(build(spec))):
+        return
+    bootcamp = made[0]
+    levels = sorted(bootcamp.levels)
+    emit({"info": _info(bootcamp)})
+    if not runner.check("declarations", None, lambda ev: contract.check_declarations(bootcamp)):
+        return
+    seeds = list(range(int(plan["seeds"])))
+    if plan.get("digests_only"):
+        emit({"digests": _digests(bootcamp, levels[::-1] if plan.get("reverse") else levels, seeds, plan)})
+        return
+    digests: dict[int, dict[int, str]] = {}
+    for level in levels:
+        runner.check("deterministic", level, lambda ev, lv=level: _deterministic(bootcamp, lv, seeds, ev, digests))
+    emit({"digests": digests})
+    for level in levels:
+        runner.check(
+            "oracle", level, lambda ev, lv=level: _per_seed(contract.check_oracle_solves, bootcamp, lv, seeds, ev)
+        )
+    for level in levels:
+        runner.check("wrong_answer", level, lambda ev, lv=level: _wrong(bootcamp, lv, seeds, ev))
+    if plan.get("examples"):
+        runner.check("examples", None, lambda ev: _examples(bootcamp, plan["examples"], ev))
+
+
+class _Runner:
+    def __init__(self, plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[str]]) -> None:
+        self.plan, self.emit, self.refused = plan, emit, refused
+
+    def check(self, name: str, level: int | None, run: Callable[[dict[str, Any]], Any]) -> bool:
+        """Run one check, emit its verdict; True if it passed."""
+        self.emit({"start": name, "level": level})
+        before = len(self.refused())
+        evidence: dict[str, Any] = {}
+        problem: str | None = None
+        try:
+            outcome = run(evidence)
+            problem = outcome if isinstance(outcome, str) else None
+        except ContractError as exc:
+            problem = str(exc)
+        except ImportSourceError as exc:
+            problem = str(exc)
+        except LimitReached as exc:
+            problem = f"{exc} ({self.plan['limits']['cpu_s']} s)"
+        except MemoryError:
+            problem = f"ran out of memory: the sandbox allows {self.plan['limits']['memory_mb']} MiB"
+        except OSError as exc:
+            problem = (
+                f"wrote a file past the sandbox's size limit of {self.plan['limits']['file_mb']} MiB"
+                if exc.errno == errno.EFBIG
+                else _one_line(exc)
+            )
+            evidence["traceback"] = _traceback_tail(exc)
+        except Exception as exc:  # the module's own bug: its message and where it happened go back to the LLM
+            problem = _one_line(exc)
+            evidence["traceback"] = _traceback_tail(exc)
+        refusals = self.refused()[before:]
+        if refusals:  # even where the module caught the refusal: it tried
+            problem = f"the sandbox refused {refusals[0]}" + (
+                f" ({len(refusals)} refusals)" if len(refusals) > 1 else ""
+            )
+        if problem is not None and "seed" in evidence and "instance" not in evidence:
+            evidence["instance"] = _instance_text(evidence.get("bootcamp"), evidence)
+        self.emit(
+            {
+                "verdict": {
+                    "check": name,
+                    "level": level,
+                    "passed": problem is None,
+                    "reason": problem or "",
+                    "evidence": {k: v for k, v in evidence.items() if k != "bootcamp"} if problem else {},
+                }
+            }
+        )
+        return problem is None
+
+
+def _per_seed(
+    check: Callable[[Bootcamp, int, Sequence[int]], None],
+    bootcamp: Bootcamp,
+    level: int,
+    seeds: Sequence[int],
+    evidence: dict[str, Any],
+) -> None:
+    """``check`` one seed at a time, so a failure's evidence names its seed and instance."""
+    evidence.update(bootcamp=bootcamp, level=level)
+    for seed in seeds:
+        evidence["seed"] = seed
+        check(bootcamp, level, [seed])
+    evidence.pop("seed", None)
+
+
+def _deterministic(
+    bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict[str, Any], digests: dict[int, dict[int, str]]
+) -> None:
+    evidence.update(bootcamp=bootcamp, level=level)
+    contract.check_deterministic(bootcamp, level, seeds)
+    found = digests.setdefault(level, {})
+    for seed in seeds:
+        evidence["seed"] = seed
+        found[seed] = generated(bootcamp, level, seed)[1]
+    evidence.pop("seed", None)
+
+
+def _wrong(bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict[str, Any]) -> str | None:
+    _per_seed(contract.check_wrong_endings_bounded, bootcamp, level, seeds, evidence)
+    for seed in seeds:
+        evidence["seed"] = seed
+        instance = bootcamp.generate(level, seed)
+        score = bootcamp.score(instance, bootcamp.new_state(instance), ())
+        if score.success or score.reward > bootcamp.wrong_answer_bound:
+            return (
+                f"level {level} seed {seed}: an episode in which the agent did nothing scored reward "
+                f"{score.reward}, success {score.success}; expected no success and at most "
+                f"{bootcamp.wrong_answer_bound} (score must judge what was submitted)"
+            )
+    evidence.pop("seed", None)
+    return None
+
+
+def _examples(bootcamp: Bootcamp, examples: Sequence[dict[str, Any]], evidence: dict[str, Any]) -> str | None:
+    make = getattr(bootcamp, "example_identity", None)
+    if not callable(make):
+        return (
+            "examples were given, but the module defines no method example_identity(self, example_input) "
+            "returning the identity (what build returns) of the task an example's input describes"
+        )
+    params = bootcamp.levels[min(bootcamp.levels)]
+    for number, example in enumerate(examples, 1):
+        evidence.update(example=number, input=_clip(example["input"]), expected=example["answer"])
+        data = make(example["input"])
+        instance = Instance(
+            id=f"example-{number}",
+            bootcamp=bootcamp.name,
+            version=bootcamp.version,
+            params=params,
+            seed=-number,
+            data=data,
+        )
+        state, score = bootcamp.solve(instance)
+        if not score.success:
+            return (
+                f"example {number}: the oracle's episode scored reward {score.reward}, success False ({score.details})"
+            )
+        if not answers_match(state.answer, example["answer"]):
+            evidence["oracle_answer"] = _clip(state.answer)
+            return f"example {number}: the oracle answered {_clip(state.answer, 200)}; the example's answer is {_clip(example['answer'], 200)}"
+    for key in ("example", "input", "expected"):
+        evidence.pop(key, None)
+    return None
+
+
+def answers_match(got: Any, expected: Any) -> bool:
+    """Whether an oracle's ``state.answer`` is an example's answer: equal as JSON, as text (``str``,
+    stripped), or as numbers within a relative 1e-9."""
+    if got == expected or canonical_json(got) == canonical_json(expected):
+        return True
+    if str(got).strip() == str(expected).strip():
+        return True
+    try:
+        a, b = float(str(got).strip()), float(str(expected).strip())
+    except ValueError:
+        return False
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _digests(bootcamp: Bootcamp, levels: Sequence[int], seeds: Sequence[int], plan: dict[str, Any]) -> dict:
+    order = seeds[::-1] if plan.get("reverse") else seeds
+    return {level: {seed: generated(bootcamp, level, seed)[1] for seed in order} for level in levels}
+
+
+def _info(bootcamp: Bootcamp) -> dict[str, Any]:
+    described = bootcamp.describe()
+    return {
+        "class": type(bootcamp).__name__,
+        "version": bootcamp.version,
+        "levels": sorted(bootcamp.levels),
+        "tools": [t["name"] for t in described["tools"]],
+        "summary": bootcamp.describe_task().split("\n")[0][:200],
+    }
+
+
+def _instance_text(bootcamp: Bootcamp | None, evidence: dict[str, Any]) -> str:
+    if bootcamp is None:
+        return ""
+    try:
+        return _clip(bootcamp.generate(evidence["level"], evidence["seed"]).data)
+    except Exception as exc:  # the generator itself failed there: that is the evidence
+        return f"(generating it raised {_one_line(exc)})"
+
+
+def _clip(value: Any, limit: int = EVIDENCE_CHARS) -> str:
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} chars)"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        text = f"{exc.msg} (line {exc.lineno}: {(exc.text or '').strip()[:120]})"
+    return f"{type(exc).__name__}: {text}"[:600]
+
+
+def _traceback_tail(exc: BaseException, lines: int = 14) -> str:
+    text = "".join(traceback.format_exception(exc)).rstrip().splitlines()
+    tail = "\n".join(text[-lines:])
+    return tail.replace(str(Path(MODULE_FILE).resolve()), MODULE_FILE)[-2500:]
