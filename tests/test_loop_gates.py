@@ -13,7 +13,8 @@ from campflow.bootcamps.splits import train_instances
 from campflow.config import load_config
 from campflow.errors import SplitLeakError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
-from campflow.storage.promotion import Comparison, compare, gate
+from campflow.rollout.episode import Episode, Termination
+from campflow.storage.promotion import Comparison, compare, gate, paired
 from campflow.storage.store import Store
 from campflow.synthesis.curriculum import train_levels, update_curriculum
 from campflow.synthesis.proposals import Proposal
@@ -197,3 +198,25 @@ def test_synthesis_rejects_a_variant_above_the_curriculum_level(store: Store) ->
     kinds = {v.proposal.params["level"]: v.reject_kind for v in result.verdicts}
     assert kinds == {1: None, 2: "above_curriculum"}
     assert "level 2 is above calculator's curriculum level 1" in result.verdicts[1].reject_reason
+
+
+def _episode(run_id: str, instance_id: str, outcome: str) -> Episode:
+    term = {"pass": Termination.SOLVED, "fail": Termination.WRONG_ANSWER, "infra": Termination.INFRA_ERROR}[outcome]
+    return Episode(run_id, instance_id, "calculator", "m", 0, float(outcome == "pass"), outcome == "pass", term,
+                   1, 1, 0, 0, 0, 0.0, 0.0, [], level=1)  # fmt: skip
+
+
+def test_paired_comparison_counts_where_two_runs_disagree_and_leaves_infra_failures_out(store: Store) -> None:
+    a = ["pass", "pass", "pass", "fail", "fail", "pass"]
+    b = ["pass", "fail", "fail", "pass", "fail", "infra"]
+    for run_id, outcomes in (("a", a), ("b", b)):
+        store.write_episodes([_episode(run_id, f"i{k}", o) for k, o in enumerate(outcomes)])
+    p = paired(store, "a", "b")
+    assert (p.n, p.both, p.a_only, p.b_only, p.neither) == (5, 1, 2, 1, 1)
+    assert (p.p_a, p.p_b) == pytest.approx((0.6, 0.4))
+    assert p.delta == pytest.approx(0.2)
+    assert p.se == pytest.approx((0.112) ** 0.5)  # mean of (+1, +1, -1, 0, 0) = 0.2, variance 0.56, over 5
+    assert p.se_independent == pytest.approx((0.24 / 5 + 0.24 / 5) ** 0.5)
+    only = paired(store, "a", "b", ["i1", "i2"])
+    assert (only.n, only.a_only, only.delta, only.se) == (2, 2, 1.0, 0.0)
+    assert paired(store, "a", "no-such-run").n == 0

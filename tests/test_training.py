@@ -113,6 +113,18 @@ def test_the_filter_keeps_eval_instances_failures_and_duplicates_out(small) -> N
     assert build.dropped.get("not_solved", 0) + build.dropped.get("invalid_calls", 0) > 0
 
 
+def test_a_dataset_limited_to_chosen_episodes_holds_exactly_those_that_pass_the_filter(small) -> None:
+    cfg, store, _ = small
+    full = build_sft_dataset(store, cfg.workspace.path, ["teacher"], FilterConfig(balance=False))
+    rows = _rows(full.path)
+    chosen = sorted(r["episode_id"] for r in rows)[:5]
+    cut = build_sft_dataset(
+        store, cfg.workspace.path, ["teacher", "noisy"], FilterConfig(balance=False), episode_ids=chosen
+    )
+    assert cut.rows == 5 and sorted(r["episode_id"] for r in _rows(cut.path)) == chosen
+    assert cut.dataset_id != full.dataset_id
+
+
 def test_an_eval_instance_recorded_as_train_is_still_caught_by_its_seed(small) -> None:
     cfg, store, _ = small
     leak = eval_instances(registry.make("calculator"), 6)[5]  # never recorded as eval in this store

@@ -1,7 +1,9 @@
 """Before/after comparisons with binomial standard errors, and the gate a candidate must pass.
 
 A pass rate ``p`` over ``n`` episodes has standard error ``sqrt(p (1 - p) / n)``; a difference of two
-independent rates has ``sqrt(se_before² + se_after²)``. The gate promotes a candidate only if the
+independent rates has ``sqrt(se_before² + se_after²)``. Two runs on the same instances are better compared
+pair by pair (:func:`paired`): the difference is the share one solves and the other does not, minus the
+reverse, and its standard error counts only the pairs where they disagree (McNemar's view). The gate promotes a candidate only if the
 metric rises by more than nothing and by at least ``min_improvement``, and no bootcamp and no
 (bootcamp, level) falls by more than ``max_regression``; the decision carries its reason in words.
 """
@@ -9,6 +11,7 @@ metric rises by more than nothing and by at least ``min_improvement``, and no bo
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from campflow.storage.schema import RETRYABLE_SQL
@@ -76,6 +79,61 @@ def compare(store: Store, before_run: str, after_run: str) -> list[Comparison]:
         na, pa = runs.get(after_run, (0, 0.0))
         out.append(Comparison(bootcamp, level, nb, pb, na, pa))
     return sorted(out, key=lambda c: (c.bootcamp is not None, c.bootcamp or "", c.level is not None, c.level or 0))
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Two runs on the same (instance, sample) pairs: how many pairs each passes, and where they disagree."""
+
+    n: int
+    both: int
+    a_only: int  # pairs run A passes and run B fails
+    b_only: int
+    neither: int
+
+    @property
+    def p_a(self) -> float:
+        """Run A's pass rate on the pairs."""
+        return (self.both + self.a_only) / self.n if self.n else 0.0
+
+    @property
+    def p_b(self) -> float:
+        """Run B's pass rate on the pairs."""
+        return (self.both + self.b_only) / self.n if self.n else 0.0
+
+    @property
+    def delta(self) -> float:
+        """A - B."""
+        return (self.a_only - self.b_only) / self.n if self.n else 0.0
+
+    @property
+    def se(self) -> float:
+        """Standard error of ``delta`` from the per-pair differences (each +1, 0 or -1)."""
+        if not self.n:
+            return 0.0
+        return math.sqrt(max((self.a_only + self.b_only) / self.n - self.delta**2, 0.0) / self.n)
+
+    @property
+    def se_independent(self) -> float:
+        """Standard error of ``delta`` were the two rates measured on different instances."""
+        return math.sqrt(binomial_se(self.p_a, self.n) ** 2 + binomial_se(self.p_b, self.n) ** 2)
+
+
+def paired(store: Store, run_a: str, run_b: str, instance_ids: Collection[str] | None = None) -> Paired:
+    """Runs ``run_a`` and ``run_b`` compared on the (instance, sample) pairs both measured (optionally only
+    of ``instance_ids``); a pair with an infra failure on either side is left out."""
+    only = " AND a.instance_id IN (SELECT unnest(?))" if instance_ids is not None else ""
+    row = store.query(
+        f"""SELECT count(*) AS n, count(*) FILTER (WHERE a.success AND b.success) AS both_pass,
+                   count(*) FILTER (WHERE a.success AND NOT b.success) AS a_only,
+                   count(*) FILTER (WHERE b.success AND NOT a.success) AS b_only
+            FROM episodes a JOIN episodes b USING (instance_id, sample_index)
+            WHERE a.run_id = ? AND b.run_id = ? AND a.termination NOT IN {RETRYABLE_SQL}
+              AND b.termination NOT IN {RETRYABLE_SQL}{only}""",
+        [run_a, run_b, *([list(instance_ids)] if instance_ids is not None else [])],
+    )[0]
+    n, both, a_only, b_only = (int(row[k] or 0) for k in ("n", "both_pass", "a_only", "b_only"))
+    return Paired(n, both, a_only, b_only, n - both - a_only - b_only)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,11 @@ def start_model_task(cfg: CampflowConfig) -> str:
 
 
 @task(name="build-dataset", cache_policy=NO_CACHE)
-def build_dataset_task(cfg: CampflowConfig, run_ids: list[str], model_path: str | None = None) -> str:
-    """Filter the episodes of ``run_ids`` into an SFT dataset for the model at ``model_path``; returns its id.
+def build_dataset_task(
+    cfg: CampflowConfig, run_ids: list[str], model_path: str | None = None, episode_ids: list[str] | None = None
+) -> str:
+    """Filter the episodes of ``run_ids`` (only ``episode_ids`` of them, if given) into an SFT dataset for
+    the model at ``model_path``; returns its id.
 
     A thinking model (its chat template renders ``<think>``) gets its oracle rows marked, or left out
     with ``training.exclude_oracle_for_thinking``.
@@ -51,6 +54,7 @@ def build_dataset_task(cfg: CampflowConfig, run_ids: list[str], model_path: str 
         cfg.training.filter,
         thinking=thinking,
         exclude_oracle=cfg.training.exclude_oracle_for_thinking,
+        episode_ids=episode_ids,
     )
     return build.dataset_id
 

@@ -20,7 +20,7 @@ import json
 import random
 import shutil
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,8 +166,12 @@ def build_sft_dataset(
     *,
     thinking: bool = False,
     exclude_oracle: bool = False,
+    episode_ids: Collection[str] | None = None,
 ) -> DatasetBuild:
     """Filter the episodes of ``run_ids`` into an SFT dataset, save it and record it in ``datasets``.
+
+    ``episode_ids`` keeps only those of the runs' episodes as candidates (e.g. to cut a dataset down to
+    the size of another, rows chosen by id); the filter still applies to them.
 
     Each row says which ``teacher`` wrote it (the episode's model id: ``demonstrator`` for the oracle teacher, a checkpoint, an endpoint
     model). For a ``thinking`` model, oracle rows (no reasoning) are marked ``oracle_no_reasoning`` and,
@@ -178,6 +182,9 @@ def build_sft_dataset(
 
     eval_ids, probe_ids = store.eval_ids(), store.probe_ids()
     candidates = candidate_episodes(store, run_ids)
+    if episode_ids is not None:
+        chosen = set(episode_ids)
+        candidates = [r for r in candidates if r["episode_id"] in chosen]
     if thinking and exclude_oracle:
         candidates = [r for r in candidates if not _from_oracle(r)]
     kept, dropped = select(candidates, cfg, eval_ids, probe_ids)
