@@ -187,6 +187,11 @@ class SFTConfig(Section):
         ge=1,
         description="batches accumulated per optimizer step (the effective batch is batch_size x this x processes)",
     )
+    group_by_length: bool = Field(
+        True,
+        description="batch sequences of similar length together (transformers' "
+        "LengthGroupedSampler): less padding; calculator and maze episodes differ ~2x in length",
+    )
     lora: LoRAConfig | None = Field(None, description="train a LoRA adapter (PEFT); null: full fine-tuning")
     seed: int = Field(0, description="data order and dropout seed")
 

@@ -14,6 +14,7 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.splits import eval_instances, train_instances
 from campflow.config import FilterConfig, load_config
 from campflow.errors import SplitLeakError
+from campflow.hardware import resolve_hardware
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.storage.store import Store
 from campflow.training.base import ensure_base
@@ -240,3 +241,17 @@ def test_the_models_own_loss_equals_trls_fused_loss_on_the_same_batch(small, tmp
         b = trls.compute_loss(model, dict(batch))
     assert torch.isfinite(a) and abs(float(a) - float(b)) < 1e-4 * max(1.0, float(b)), (float(a), float(b))
     assert ours.tokens_seen == trls.tokens_seen == int(batch["attention_mask"].sum())
+
+
+@pytest.mark.parametrize("grouped, strategy", [(True, "group_by_length"), (False, "random")])
+def test_sft_batches_sequences_of_similar_length_when_asked(tmp_path, grouped, strategy):
+    from campflow.config import SFTConfig
+    from campflow.training.sft import sft_arguments
+
+    args = sft_arguments(
+        SFTConfig(group_by_length=grouped),
+        resolve_hardware("cpu"),
+        tmp_path,
+        512,
+    )
+    assert args.train_sampling_strategy == strategy

@@ -162,6 +162,7 @@ def sft_arguments(
         save_strategy="no",
         assistant_only_loss=True,
         max_length=max_length,
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         seed=cfg.seed,
         data_seed=cfg.seed,
         disable_tqdm=True,
