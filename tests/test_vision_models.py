@@ -76,10 +76,11 @@ def test_the_tiny_vlm_builds_offline_deterministically_for_a_seed(vl, tmp_path) 
     assert processor.chat_template == qwen3_vl_chat_template  # TRL's, byte for byte
     image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     assert image_pad == config.image_token_id != processor.tokenizer.unk_token_id
-    again = build_tiny_vlm(tmp_path / "again", cfg.training.tiny_vl, sorted(cfg.training.bootcamps))
-    assert again.fingerprint == base.metrics["fingerprint"]
-    other = cfg.training.tiny_vl.model_copy(update={"seed": 1})
-    assert build_tiny_vlm(tmp_path / "other", other, sorted(cfg.training.bootcamps)).fingerprint != again.fingerprint
+    small = cfg.training.tiny_vl.model_copy(update={"corpus_per_level": 1})
+    first, again = (build_tiny_vlm(tmp_path / name, small, ["gridworld"]) for name in ("first", "again"))
+    assert first.fingerprint == again.fingerprint
+    other = small.model_copy(update={"seed": 1})
+    assert build_tiny_vlm(tmp_path / "other", other, ["gridworld"]).fingerprint != first.fingerprint
 
 
 @pytest.mark.parametrize("name", VISION)
@@ -208,7 +209,7 @@ def test_sft_of_the_tiny_vlm_on_image_episodes_lowers_the_loss_and_keeps_the_pro
 
     cfg, store, base = vl
     build = build_sft_dataset(store, cfg.workspace.path, ["teacher"], cfg.training.filter)
-    sft_cfg = cfg.training.sft.model_copy(update={"max_steps": 8, "batch_size": 4, "learning_rate": 3e-3})
+    sft_cfg = cfg.training.sft.model_copy(update={"max_steps": 4, "batch_size": 4, "learning_rate": 3e-3})
     result = train_sft(store, cfg.workspace.path, base.model_id, build.dataset_id, sft_cfg)
     losses = [loss for _, loss in result.metrics["loss_curve"]]
     assert losses[-1] < losses[0]
@@ -224,6 +225,7 @@ def test_a_text_model_refuses_a_dataset_with_images_in_one_line(vl, tmp_path) ->
 
     cfg, store, _ = vl
     text_cfg = cfg.model_copy(deep=True)
+    text_cfg.training.bootcamps = ["gridworld"]
     text_cfg.training.tiny = text_cfg.training.tiny.model_copy(
         update={
             "corpus_per_level": 1,
@@ -299,13 +301,19 @@ def test_improve_with_the_embedded_vlm_runs_a_cycle_on_gridworld_in_image_mode(t
         tmp_path / "ws",
         eval__bootcamps=["gridworld"],
         eval__levels=[1],
-        eval__n=4,
+        eval__n=2,
+        policy__max_tokens=12,
+        synthesis__calibration_samples=0,
+        synthesis__probes_per_variant=1,
         training__levels=[1],
-        training__collect_n=6,
-        training__tiny_vl=tiny_vl,
-        training__sft={"max_steps": 3, "batch_size": 4},
+        training__collect_n=4,
+        training__tiny_vl={**tiny_vl, "corpus_per_level": 1},
+        training__sft={"max_steps": 2, "batch_size": 4},
+        training__rl__instances_per_bootcamp=1,
+        training__rl__band_samples=2,
         improve__model="embedded-vl",
-        improve__curriculum_n=2,
+        improve__curriculum_n=1,
+        improve__variant_eval_n=2,
     )
     cfg = load_config(path, env={})
     summary = improve(cfg, cycle_id="v1")

@@ -84,7 +84,7 @@ def _load_model(path: str, device: str, dtype: str) -> tuple[Any, Any, threading
     if not Path(path).exists() and "/" not in path:
         raise PolicyError(f"no local model at {path}")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(adapter_base(path) or path, padding_side="left")
+        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
         model = load_causal_lm(path, getattr(torch, dtype))
     except OSError as exc:
         raise PolicyError(f"cannot load a model from {path}: {exc}") from None

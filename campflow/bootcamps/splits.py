@@ -22,6 +22,8 @@ from campflow.bootcamps.base import Bootcamp, Instance, Params
 from campflow.errors import SplitLeakError
 
 EVAL_SEED_BASE = 1_000_000_000
+# The params field of a vision bootcamp's observation mode: which mode follows the model, not the task
+OBSERVATION = "observation"
 TRAIN_SEED_LIMIT = EVAL_SEED_BASE
 
 
@@ -34,9 +36,9 @@ def level_params(bootcamp: Bootcamp, level: int, observation: str | None = None)
     """``bootcamp``'s params of ``level``, in observation mode ``observation`` where the bootcamp has
     one (vision bootcamps: ``image`` or ``text``); None or a bootcamp without modes: the level as declared."""
     params = bootcamp.levels[level]
-    if observation is None or "observation" not in type(params).model_fields:
+    if observation is None or OBSERVATION not in type(params).model_fields:
         return params
-    return bootcamp.params({**params.model_dump(), "observation": observation})
+    return bootcamp.params({**params.model_dump(), OBSERVATION: observation})
 
 
 def eval_instances(
