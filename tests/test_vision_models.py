@@ -329,3 +329,28 @@ def test_improve_with_the_embedded_vlm_runs_a_cycle_on_gridworld_in_image_mode(t
 
     assert "images" in datasets.load_from_disk(dataset).column_names
     assert is_vision_model(base_path) and summary.report.exists()
+
+
+def test_every_prompt_the_local_policy_renders_is_a_prefix_of_the_training_row(vl) -> None:
+    """What SFT trains on and what the model is asked at inference agree token for token, so the model
+    continues a prompt exactly as it learned to (the assistant turns' tool calls included)."""
+    import datasets
+    from trl.chat_template_utils import get_training_chat_template
+
+    from campflow.training.vision_sft import VisionToolsCollator
+
+    cfg, store, base = vl
+    build = build_sft_dataset(store, cfg.workspace.path, ["teacher"], cfg.training.filter)
+    processor = load_processor(base.path)
+    collator = VisionToolsCollator(processor, get_training_chat_template(processor))
+    rows = datasets.load_from_disk(str(build.path))
+    batch = collator([dict(r) for r in rows])
+    for i, row in enumerate(rows):
+        trained = batch["input_ids"][i][batch["attention_mask"][i] == 1].tolist()
+        learned = processor.tokenizer.decode(batch["input_ids"][i][batch["labels"][i] != -100])
+        assert learned.count("<tool_call>") == sum(1 for m in row["messages"] if m["role"] == "assistant")
+        episode = json.loads(store.scalar("SELECT transcript FROM episodes WHERE episode_id = ?", [row["episode_id"]]))
+        for k, message in enumerate(episode):
+            if message["role"] == "assistant":
+                asked = encode_conversation(processor, episode[:k], json.loads(row["tools"]))["input_ids"]
+                assert trained[: len(asked)] == asked

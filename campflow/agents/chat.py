@@ -30,16 +30,22 @@ def template_messages(
     arguments are kept as the raw string (for rendering a live conversation back to the model). With
     ``images`` a message holding images keeps them as ``{"type": "image"}`` placeholders among its
     ``{"type": "text"}`` parts; without, each image is a note in its text.
+
+    In a conversation with images an assistant turn without text has the empty parts list as its
+    content: TRL's vision collator turns a string into a text part, and a Qwen-VL template writes a
+    newline before the tool call of an assistant turn whose content is a non-empty list, so an empty
+    string would train a newline (merged with the header's into one token) that inference never sees.
     """
+    vision = images and any(_has_image(m.get("content")) for m in transcript)
     out: list[dict[str, Any]] = []
     for message in transcript:
         role = message["role"]
-        if images and role != "assistant" and _has_image(message.get("content")):
+        if vision and role != "assistant" and _has_image(message.get("content")):
             out.append({"role": role, "content": _parts(message["content"])})
             continue
         content = content_text(message.get("content"))
         if role == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": content}
+            msg: dict[str, Any] = {"role": "assistant", "content": content if content or not vision else []}
             calls = []
             for call in message.get("tool_calls") or []:
                 fn = call.get("function") or {}

@@ -209,6 +209,15 @@ def train_sft(
             report_to=report_to,
             run_name=model_id,
         )
+        extra = {}
+        if "images" in train.column_names:  # each row rendered with its own tools (TRL's collator drops them)
+            from trl.chat_template_utils import get_training_chat_template
+
+            from campflow.training.vision_sft import VisionToolsCollator
+
+            template = get_training_chat_template(processing) or processing.chat_template
+            extra["data_collator"] = VisionToolsCollator(processing, template, max_length)
+            args.remove_unused_columns = False  # the collator reads the tools column
         trainer = quiet(
             sft_trainer(
                 cfg.fused_loss,
@@ -218,6 +227,7 @@ def train_sft(
                 processing_class=processing,
                 peft_config=start.peft_config,
                 callbacks=[progress_callback("sft", "SFT")],
+                **extra,
             )
         )
         started = time.perf_counter()
