@@ -132,7 +132,7 @@ def save_processor(processor: Any, out: str | Path) -> None:
             tokenizer_config.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)  # ~0.2 MB a frame: the images of the episodes in flight
 def pil_image(url: str) -> Any:
     """The RGB image of a ``data:image/...;base64,`` URL.
 

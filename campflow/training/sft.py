@@ -197,6 +197,8 @@ def train_sft(
             f"dataset {dataset_id} holds images but {parent.model_id} reads text only; train a vision-language "
             "model on it (improve.model: embedded-vl), or collect text-mode episodes (rollout.observation: text)"
         )
+    if vision:
+        train = train.map(_empty_turns_as_parts, features=train.features, keep_in_memory=True)
     start = starting_model(parent, cfg.lora, hardware)
     max_length = max_length or start.model.config.get_text_config().max_position_embeddings
     final = checkpoints.models_dir(workspace) / model_id
@@ -261,3 +263,16 @@ def train_sft(
         store, model_id, "sft", final, parent=parent.model_id, dataset_id=dataset_id, metrics=metrics
     )
     return TrainResult(ckpt, metrics)
+
+
+def _empty_turns_as_parts(row: dict[str, Any]) -> dict[str, Any]:
+    """A row for a vision-language model: an assistant turn without text gets the empty parts list.
+
+    TRL turns every string content into a text part for a VLM, and Qwen-VL templates write a newline
+    before the tool call of a turn whose content is a non-empty list; an empty string would so train a
+    newline (merged with the header's) that the model never sees at inference, where the processor
+    renders the conversation as it is."""
+    messages = [
+        {**m, "content": []} if m.get("role") == "assistant" and m.get("content") == "" else m for m in row["messages"]
+    ]
+    return {"messages": messages}
