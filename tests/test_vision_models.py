@@ -100,14 +100,14 @@ def test_a_prompt_renders_one_image_token_group_per_image_with_the_grids_tokens(
 def test_a_gridworld_episode_in_image_mode_runs_through_the_local_policy_batched_as_alone(vl) -> None:
     _, _, base = vl
     b = registry.make("gridworld")
-    instances = eval_instances(b, 3, levels=[1], observation="image")
+    instances = eval_instances(b, 2, levels=[1], observation="image")
     specs = [EpisodeSpec(b, i) for i in instances]
 
     def play(batch_size: int):
-        policy = LocalPolicy(base.path, max_new_tokens=12, batch_size=batch_size, device="cpu")
+        policy = LocalPolicy(base.path, max_new_tokens=8, batch_size=batch_size, device="cpu")
         return asyncio.run(run_episodes(specs, policy, run_id="vision")), policy
 
-    together, policy = play(3)
+    together, policy = play(2)
     assert policy._batches < sum(e.turns for e in together)  # episodes shared batches
     assert all(e.termination.is_model_failure for e in together)  # an untrained model fails, never infra_error
     assert any(p.get("type") == "image_url" for p in together[0].transcript[1]["content"])
@@ -353,4 +353,39 @@ def test_every_prompt_the_local_policy_renders_is_a_prefix_of_the_training_row(v
         for k, message in enumerate(episode):
             if message["role"] == "assistant":
                 asked = encode_conversation(processor, episode[:k], json.loads(row["tools"]))["input_ids"]
+                assert trained[: len(asked)] == asked
+
+
+def test_a_vlms_text_mode_rows_train_on_exactly_the_prompts_it_is_given(vl) -> None:
+    """TRL renders a VLM's text rows through the processor (strings made text parts); the rows SFT hands
+    it still begin with every prompt the local policy renders."""
+    import datasets
+    from trl.chat_template_utils import get_training_chat_template
+    from trl.data_utils import _tokenize
+
+    from campflow.training.sft import _empty_turns_as_parts
+
+    cfg, store, base = vl
+    b = registry.make("gridworld")
+    train = train_instances(b, 3, seed=9, levels=[1], observation="text")
+    store.write_instances(train, split="train")
+    store.start_run("teacher-text", "collect", {}, "demonstrator")
+    store.write_episodes(
+        asyncio.run(run_episodes([EpisodeSpec(b, i) for i in train], DemonstratorPolicy(), run_id="teacher-text"))
+    )
+    build = build_sft_dataset(store, cfg.workspace.path, ["teacher-text"], cfg.training.filter)
+    processor = load_processor(base.path)
+    template = get_training_chat_template(processor)
+    for row in datasets.load_from_disk(str(build.path)):
+        assert "images" not in row
+        tools = json.loads(row["tools"])
+        trained = list(
+            _tokenize(processor, _empty_turns_as_parts(row)["messages"], chat_template=template, tools=tools)[
+                "input_ids"
+            ]
+        )
+        episode = json.loads(store.scalar("SELECT transcript FROM episodes WHERE episode_id = ?", [row["episode_id"]]))
+        for k, message in enumerate(episode):
+            if message["role"] == "assistant":
+                asked = encode_conversation(processor, episode[:k], tools)["input_ids"]
                 assert trained[: len(asked)] == asked
