@@ -107,6 +107,11 @@ class RolloutConfig(Section):
     max_reply_chars: int = Field(32_000, ge=100, description="longer replies are a format error")
     max_observation_chars: int = Field(8_000, ge=100, description="observations are truncated past this")
     max_context_tokens: int | None = Field(None, ge=64, description="token budget per conversation")
+    observation: Literal["auto", "image", "text"] = Field(
+        "auto",
+        description="how vision bootcamps show the world: auto (images to a vision-language or endpoint "
+        "model, text to a text-only local model), image or text",
+    )
 
 
 class EvalConfig(Section):
@@ -135,6 +140,36 @@ class TinyModelConfig(Section):
     chat_template: Literal["qwen2.5", "qwen3"] = Field(
         "qwen2.5",
         description="TRL's template the model speaks: qwen2.5 (all turns alike) or qwen3 (thinking: <think> blocks)",
+    )
+
+
+class TinyVisionModelConfig(Section):
+    """The embedded vision-language model (``improve.model: embedded-vl``): a tiny Qwen3-VL built locally."""
+
+    seed: int = Field(0, description="seed of the corpus, the tokenizer and the initial weights")
+    vocab_size: int = Field(4096, ge=300, le=65_536, description="BPE vocabulary size, special tokens included")
+    hidden_size: int = Field(192, ge=16, le=4096, description="language model width")
+    intermediate_size: int = Field(512, ge=16, le=16_384, description="language model MLP width")
+    layers: int = Field(4, ge=1, le=64, description="language model layers")
+    heads: int = Field(6, ge=1, le=64, description="attention heads (hidden_size must divide evenly)")
+    kv_heads: int = Field(2, ge=1, le=64, description="key/value heads (grouped-query attention)")
+    max_positions: int = Field(
+        4096, ge=256, le=131_072, description="longest sequence in tokens, image tokens included"
+    )
+    vision_hidden_size: int = Field(96, ge=16, le=4096, description="vision tower width")
+    vision_intermediate_size: int = Field(256, ge=16, le=16_384, description="vision tower MLP width")
+    vision_layers: int = Field(2, ge=1, le=64, description="vision tower layers")
+    vision_heads: int = Field(4, ge=1, le=64, description="vision tower attention heads")
+    patch_size: int = Field(16, ge=4, le=64, description="pixels per side of a vision patch")
+    max_image_pixels: int = Field(
+        192 * 192,
+        ge=4096,
+        le=16_777_216,
+        description="images are resized to at most this many pixels, sides multiples of 2 patches (each 2x2 "
+        "patches become one image token: a 258x280 gridworld frame becomes 160x192, 30 tokens at patch 16)",
+    )
+    corpus_per_level: int = Field(
+        30, ge=1, le=100_000, description="demonstration episodes per level for the tokenizer"
     )
 
 
@@ -301,6 +336,9 @@ class TrainingConfig(Section):
         "tensorboard, wandb, ...); [] logs to the store only",
     )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    tiny_vl: TinyVisionModelConfig = Field(
+        default_factory=TinyVisionModelConfig, description="the embedded vision-language model (embedded-vl)"
+    )
     filter: FilterConfig = Field(default_factory=FilterConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     rl: RLConfig = Field(default_factory=RLConfig)
@@ -374,7 +412,7 @@ class ImproveConfig(Section):
     model: str = Field(
         "embedded",
         description="model to start from when none is promoted yet: 'embedded' "
-        "(the tiny local model) or a local model folder",
+        "(the tiny local model), 'embedded-vl' (the tiny vision-language model) or a local model folder",
     )
     metric: Literal["pass_rate", "mean_reward"] = Field("pass_rate", description="what decides promotion")
     min_improvement: float = Field(

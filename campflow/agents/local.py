@@ -9,6 +9,9 @@ formats (Llama 3) are parsed by TRL's response template for that model.
 
 The model is placed and cast by :func:`campflow.hardware.resolve_hardware` (``policy.device`` and
 ``policy.precision``); a folder holding a PEFT adapter is loaded as its base model plus the adapter.
+A vision-language model (:func:`campflow.agents.vision.is_vision_model`) reads each conversation through
+its processor: the images of the prompt and of tool results become pixel values and image tokens, and a
+batch carries every row's images in row order.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
+from campflow.agents.vision import collate, encode_conversation, is_vision_model, load_processor
 from campflow.errors import ContextOverflowError, PolicyError
 from campflow.hardware import Hardware, resolve_hardware
 
@@ -48,15 +52,18 @@ def load_causal_lm(path: str | Path, dtype: Any, *, trainable_adapter: bool = Fa
 
     ``trainable_adapter`` loads an adapter ready to train further; otherwise it is loaded for inference.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from campflow.agents.vision import is_vision_model
 
     base = adapter_base(path)
+    auto = AutoModelForImageTextToText if is_vision_model(base or path) else AutoModelForCausalLM
     with MODEL_LOADING:
         if base is None:
-            return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+            return auto.from_pretrained(str(path), dtype=dtype)
         from peft import PeftModel
 
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+        model = auto.from_pretrained(base, dtype=dtype)
         return PeftModel.from_pretrained(model, str(path), is_trainable=trainable_adapter)
 
 
@@ -88,6 +95,13 @@ def _load_model(path: str, device: str, dtype: str) -> tuple[Any, Any, threading
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, threading.Lock()
+
+
+@functools.lru_cache(maxsize=4)
+def vision_processor(path: str) -> Any:
+    """The processor of the vision-language model at ``path``, loaded once per process."""
+    with MODEL_LOADING:
+        return load_processor(path)
 
 
 def stamped_model_id(path: str | Path) -> str | None:
@@ -188,16 +202,27 @@ class LocalPolicy(Policy):
         from campflow.agents.chat import template_messages
 
         model, tokenizer, lock = load_model(self.path, self.hardware)
-        limit = model.config.max_position_embeddings - self.max_new_tokens
+        processor = vision_processor(self.path) if is_vision_model(self.path) else None
+        limit = model.config.get_text_config().max_position_embeddings - self.max_new_tokens
         prompts: list[list[int] | Exception] = []
+        encoded: list[dict[str, Any]] = []  # a vision model's prompts, with their pixel values
         for req in batch:
-            ids = tokenizer.apply_chat_template(
-                template_messages(req.messages, strict=False),
-                tools=req.tools or None,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-            )
+            if processor is not None:
+                try:
+                    encoded.append(encode_conversation(processor, req.messages, req.tools))
+                except PolicyError as exc:  # an image that does not decode: this episode's problem alone
+                    prompts.append(exc)
+                    encoded.append({})
+                    continue
+                ids = encoded[-1]["input_ids"]
+            else:
+                ids = tokenizer.apply_chat_template(
+                    template_messages(req.messages, strict=False),
+                    tools=req.tools or None,
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=False,
+                )
             if len(ids) > limit:
                 prompts.append(
                     ContextOverflowError(
@@ -211,10 +236,21 @@ class LocalPolicy(Policy):
         outputs: list[list[int]] = []
         if todo:
             width = max(len(p) for p in todo)
-            input_ids = torch.tensor(
-                [[tokenizer.pad_token_id] * (width - len(p)) + p for p in todo], device=model.device
-            )
-            attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in todo], device=model.device)
+            if processor is not None:
+                inputs = collate(
+                    [e for e, p in zip(encoded, prompts) if not isinstance(p, Exception)],
+                    tokenizer.pad_token_id,
+                    model.device,
+                )
+            else:
+                inputs = {
+                    "input_ids": torch.tensor(
+                        [[tokenizer.pad_token_id] * (width - len(p)) + p for p in todo], device=model.device
+                    ),
+                    "attention_mask": torch.tensor(
+                        [[0] * (width - len(p)) + [1] * len(p) for p in todo], device=model.device
+                    ),
+                }
             sampling = (
                 {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
             )
@@ -226,8 +262,7 @@ class LocalPolicy(Policy):
                 if self.threads is not None:
                     self.threads.apply()  # on this (worker) thread: torch keeps the count per thread
                 generated = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention,
+                    **inputs,
                     max_new_tokens=self.max_new_tokens,
                     pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=tokenizer.eos_token_id,

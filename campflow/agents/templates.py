@@ -26,7 +26,8 @@ class ChatFormat:
     """How a model's chat template writes tool calls and reasoning.
 
     Attributes:
-        family: ``qwen2.5``, ``qwen3``, ``qwen3-instruct``, ``llama3`` (TRL's templates, matched by text)
+        family: ``qwen2.5``, ``qwen3``, ``qwen3-instruct``, ``qwen3-vl``, ``qwen2.5-vl``, ``llama3`` (TRL's
+            templates, matched by text)
             or ``hermes`` (another template that writes ``<tool_call>`` blocks) or ``unknown``.
         tool_calls: ``text`` (the engine parses ``<tool_call>`` blocks) or ``parsed`` (TRL's response
             template turns the reply into native calls).
@@ -49,6 +50,8 @@ def chat_format(chat_template: str | dict[str, str] | None) -> ChatFormat:
         t.qwen2_5_chat_template: ChatFormat("qwen2.5", "text", False),
         t.qwen3_chat_template: ChatFormat("qwen3", "text", True),
         t.qwen3_instruct_2507_chat_template: ChatFormat("qwen3-instruct", "text", False),
+        t.qwen3_vl_chat_template: ChatFormat("qwen3-vl", "text", False),
+        t.qwen2_5_vl_chat_template: ChatFormat("qwen2.5-vl", "text", False),
         t.llama3_1_chat_template: ChatFormat("llama3", "parsed", False),
         t.llama3_2_chat_template: ChatFormat("llama3", "parsed", False),
     }

@@ -58,7 +58,11 @@ def _pct(value: float, sign: bool = False) -> str:
 def improve(
     resume: bool = typer.Option(False, "--resume", help="continue the latest unfinished cycle (or --cycle-id)"),
     cycle_id: str | None = typer.Option(None, "--cycle-id", help="name a new cycle, or the one to resume"),
-    start: str | None = typer.Option(None, "--from", help="improve.model: 'embedded' or a local model folder"),
+    start: str | None = typer.Option(
+        None,
+        "--from",
+        help="improve.model: 'embedded', 'embedded-vl' (the tiny vision-language model) or a local model folder",
+    ),
     n_cycles: int | None = typer.Option(
         None, "--cycles", min=1, help="improve.cycles: cycles to run, each from the last promoted model"
     ),

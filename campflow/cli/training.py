@@ -179,17 +179,21 @@ def export(
 @train_app.command("base")
 def train_base(
     bootcamps: str | None = typer.Option(None, "--bootcamps", "-b", help="bootcamps whose text trains the tokenizer"),
+    vision: bool = typer.Option(
+        False, "--vision", help="the tiny vision-language model (Qwen3-VL architecture, training.tiny_vl)"
+    ),
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
-    """Build the embedded tiny model (tokenizer + Qwen3-architecture weights) and register it as ``base``."""
+    """Build the embedded tiny model (tokenizer + Qwen3-architecture weights), or with --vision the tiny
+    vision-language model (Qwen3-VL), and register it as ``base``."""
     names = bootcamp_names(bootcamps)
     cfg = config_with(config, db, **{"training.bootcamps": names})
     quiet_training()
     from campflow.storage.workspace import Workspace
-    from campflow.training.base import ensure_base
+    from campflow.training.base import ensure_base, ensure_vision_base
 
-    ckpt = ensure_base(Workspace.from_config(cfg).store, cfg)
+    ckpt = (ensure_vision_base if vision else ensure_base)(Workspace.from_config(cfg).store, cfg)
     console.print(
         f"[bold]base[/] {ckpt.model_id} at {ckpt.path}: {ckpt.metrics.get('parameters'):,} parameters, "
         f"vocabulary {ckpt.metrics.get('vocab_size')}"

@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from campflow.agents.vision import observation_mode
 from campflow.config import CampflowConfig
 from campflow.flows.collect import collect_flow
 from campflow.storage.schema import RETRYABLE_SQL
@@ -43,7 +44,8 @@ def find_band(cfg: CampflowConfig, runner: object, sft_path: Path, run_id: str, 
     """Calibrate the SFT checkpoint on train instances at ``levels`` and split its band."""
     ws = Workspace.from_config(cfg)
     rl = cfg.training.rl
-    candidates = rl_instances(ws.store, cfg.training.bootcamps, rl.instances_per_bootcamp, rl.seed, levels)
+    observation = observation_mode(cfg.rollout.observation, "local", str(sft_path))
+    candidates = rl_instances(ws.store, cfg.training.bootcamps, rl.instances_per_bootcamp, rl.seed, levels, observation)
     ws.store.write_instances(candidates, split="train")
     collect_flow.with_options(task_runner=runner)(
         sampling_policy(cfg, sft_path),

@@ -14,6 +14,7 @@ from prefect import flow
 
 from campflow import progress, stopping
 from campflow.agents.factory import policy_model_id
+from campflow.agents.vision import observation_mode
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_held_out, train_instances
 from campflow.config import CampflowConfig
@@ -46,6 +47,7 @@ def collection_instances(
     out: dict[str, Instance] = {}
     synthesized: dict[str, str] = {}
     probes = ws.store.probe_ids()
+    observation = observation_mode(cfg.rollout.observation, cfg.policy.kind, cfg.policy.model)
     for bootcamp in ws.bootcamps(t.bootcamps):
         wanted = round(cfg.synthesis.share * t.collect_n)
         picked = variant_instances(ws, bootcamp.name, wanted, variant_ids, skip=probes)
@@ -54,7 +56,9 @@ def collection_instances(
         lv = (levels or {}).get(bootcamp.name) or [
             lv for lv in (t.levels or sorted(bootcamp.levels)) if lv in bootcamp.levels
         ]
-        for inst in train_instances(bootcamp, t.collect_n - len(picked), seed=t.tiny.seed, levels=lv):
+        for inst in train_instances(
+            bootcamp, t.collect_n - len(picked), seed=t.tiny.seed, levels=lv, observation=observation
+        ):
             out.setdefault(inst.id, inst)
     if extra_ids:
         for inst in recorded_instances(ws, extra_ids):

@@ -15,6 +15,7 @@ from prefect import flow
 
 from campflow import progress, stopping
 from campflow.agents.factory import policy_model_id
+from campflow.agents.vision import observation_mode, with_observation
 from campflow.bootcamps.splits import eval_instances
 from campflow.config import CampflowConfig
 from campflow.errors import StoreBusyError
@@ -62,8 +63,9 @@ def plan_eval(cfg: CampflowConfig, ws: Workspace, run_id: str) -> tuple[list[Sha
     store = ws.store
     done = store.completed_keys(run_id)
     items: list[ShardItem] = []
+    observation = observation_mode(cfg.rollout.observation, cfg.policy.kind, cfg.policy.model)
     for bootcamp in ws.bootcamps(cfg.eval.bootcamps):
-        instances = eval_instances(bootcamp, cfg.eval.n, cfg.eval.levels)
+        instances = eval_instances(bootcamp, cfg.eval.n, cfg.eval.levels, observation)
         store.write_instances(instances, split="eval")
         items += shard_items(instances, cfg.eval.samples, done)
     return items, len(done)
@@ -126,6 +128,8 @@ def evaluate(cfg: CampflowConfig, run_id: str | None = None) -> EvalSummary:
     server started for it (and stopped afterwards) or a running endpoint.
     """
     run = evaluate_flow.with_options(task_runner=task_runner(cfg.rollout))
+    if cfg.policy.kind == "local" and cfg.policy.model:  # the mode follows the checkpoint, however it is served
+        cfg = with_observation(cfg, cfg.policy.model)
     if cfg.policy.kind != "local" or cfg.serving.kind == "inprocess":
         return run(cfg, run_id)
     from campflow.serving import CheckpointServers

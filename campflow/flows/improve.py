@@ -24,6 +24,7 @@ from pathlib import Path
 from prefect import flow
 
 from campflow import progress, stopping
+from campflow.agents.vision import observation_mode, with_observation
 from campflow.bootcamps.splits import train_instances
 from campflow.config import CampflowConfig, as_config
 from campflow.errors import CampflowError
@@ -185,6 +186,8 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             cycles.save_step(store, cycle, "start", model=current, levels=levels)
         model = checkpoints.get(store, state["model"])
         cycle.base_model_id = model.model_id
+        # vision bootcamps in the mode this model reads, in every step (teachers and served checkpoints too)
+        cfg = servers.cfg = with_observation(cfg, model.path)
         levels = state["levels"]
         before_run = f"{cycle.cycle_id}-before"
         if pending("evaluate"):
@@ -352,7 +355,8 @@ def _curriculum_check(cfg: CampflowConfig, store: Store, cycle_id: str) -> list[
         level = current_level(store, b.name)
         if cfg.improve.curriculum_n and level in b.levels:
             seed = int(hashlib.sha256(f"curriculum:{cycle_id}".encode()).hexdigest()[:12], 16)
-            made = train_instances(b, cfg.improve.curriculum_n, seed=seed, levels=[level])
+            mode = observation_mode(cfg.rollout.observation, cfg.policy.kind, cfg.policy.model)
+            made = train_instances(b, cfg.improve.curriculum_n, seed=seed, levels=[level], observation=mode)
             store.write_instances(made, split="train")
             out += [i.id for i in made]
     return out

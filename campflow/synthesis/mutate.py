@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Params
+from campflow.bootcamps.splits import OBSERVATION
 from campflow.serialization import canonical_json
 from campflow.synthesis.knobs import Knob, knobs_of
 from campflow.synthesis.proposals import ClusterContext, Proposal, Synthesizer
@@ -46,7 +47,8 @@ class MutationSynthesizer(Synthesizer):
         if not context.parents:
             return []
         model = registry.make(context.bootcamp).params_model
-        knobs = {k.name: k for k in knobs_of(model)}
+        # the observation mode is the model's (what it can see), not a difficulty: variants keep their parents'
+        knobs = {k.name: k for k in knobs_of(model) if k.name != OBSERVATION}
         traits = {
             t.knob: t
             for t in (Trait.from_dict(d) for d in context.cluster.traits.get("knobs") or [])

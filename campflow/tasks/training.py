@@ -12,7 +12,7 @@ from campflow.config import CampflowConfig
 from campflow.hardware import resolve_hardware
 from campflow.storage.workspace import Workspace
 from campflow.training import checkpoints
-from campflow.training.base import ensure_base
+from campflow.training.base import ensure_base, ensure_vision_base
 from campflow.training.filtering import build_sft_dataset
 from campflow.training.rl import train_rl
 from campflow.training.sft import train_sft
@@ -20,10 +20,13 @@ from campflow.training.sft import train_sft
 
 @task(name="start-model", cache_policy=NO_CACHE)
 def start_model_task(cfg: CampflowConfig) -> str:
-    """The model a first cycle starts from: the embedded tiny model, or a registered local folder."""
+    """The model a first cycle starts from: the embedded tiny model (``embedded``), the tiny vision-language
+    model (``embedded-vl``), or a registered local folder."""
     store = Workspace.from_config(cfg).store
     if cfg.improve.model == "embedded":
         return ensure_base(store, cfg).model_id
+    if cfg.improve.model == "embedded-vl":
+        return ensure_vision_base(store, cfg).model_id
     return checkpoints.adopt(store, cfg.improve.model).model_id
 
 

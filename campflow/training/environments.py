@@ -11,7 +11,9 @@ schema), and ``get_reward()``, called once per finished rollout. Here:
   renders equals :meth:`campflow.bootcamps.base.Tool.schema` (checked in the tests) and the model sees
   the same prompt in RL as in SFT and evaluation;
 - tool errors come back as ``Error: ...`` text, exactly as the rollout engine words them;
-- ``get_reward`` is the bootcamp's reward layer.
+- ``get_reward`` is the bootcamp's reward layer;
+- for a vision-language model (``images=True``) the prompt and tool results keep their images, as
+  ``{"type": "image", "image": PIL}`` parts TRL passes to the processor; otherwise only their text.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from campflow.agents.vision import image_urls, vision_conversation
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp, Tool, format_validation_error
 from campflow.bootcamps.messages import content_text
@@ -33,13 +36,15 @@ class BootcampEnvironment:
     """Base of the generated environment classes: one episode of one bootcamp at a time."""
 
     bootcamp: Bootcamp
+    images: bool = False
 
     def __init__(self) -> None:
         self.instance: Any = None
         self.state: Any = None
 
-    def reset(self, **row: Any) -> str:
-        """Start an episode of the row's instance; returns its user prompt (appended to the row's prompt)."""
+    def reset(self, **row: Any) -> str | list[dict[str, Any]]:
+        """Start an episode of the row's instance; returns its user prompt (appended to the row's prompt):
+        text, or text and image parts for a vision-language model."""
         params, seed = row.get("params"), row.get("seed")
         if params is None or seed is None:
             raise ValueError(
@@ -49,7 +54,10 @@ class BootcampEnvironment:
         if row.get("instance_id") and row["instance_id"] != self.instance.id:
             raise ValueError(f"row instance {row['instance_id']} regenerated as {self.instance.id}")
         self.state = self.bootcamp.new_state(self.instance)
-        return content_text(self.bootcamp.prompt(self.instance)[-1]["content"])
+        content = self.bootcamp.prompt(self.instance)[-1]["content"]
+        if self.images and isinstance(content, list) and image_urls([{"role": "user", "content": content}]):
+            return vision_conversation([{"role": "user", "content": content}])[0]["content"]
+        return content_text(content)
 
     def get_reward(self) -> float:
         """The bootcamp's reward for the episode so far."""
@@ -57,7 +65,7 @@ class BootcampEnvironment:
             return 0.0
         return float(self.bootcamp.score(self.instance, self.state, ()).reward)
 
-    def _call(self, tool: Tool, arguments: dict[str, Any]) -> str:
+    def _call(self, tool: Tool, arguments: dict[str, Any]) -> str | list[dict[str, Any]]:
         if self.state is None:
             return "Error: the episode has not started."
         if self.state.finished:
@@ -71,14 +79,16 @@ class BootcampEnvironment:
             return f"Error: {exc}"
         if obs.final:
             self.state.finished = True
+        if self.images and obs.image is not None:
+            return [{"type": "text", "text": obs.text}, {"type": "image", "image": png_image(obs.image)}]
         return obs.text
 
 
-def _tool_method(tool: Tool) -> Callable[..., str]:
+def _tool_method(tool: Tool) -> Callable[..., Any]:
     """A method named after ``tool`` whose signature and docstring describe its arguments."""
     fields = tool.args_model.model_fields
 
-    def method(self: BootcampEnvironment, **kwargs: Any) -> str:
+    def method(self: BootcampEnvironment, **kwargs: Any) -> Any:
         return self._call(tool, kwargs)
 
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
@@ -99,11 +109,15 @@ def _tool_method(tool: Tool) -> Callable[..., str]:
     return method
 
 
-def environment_class(name: str) -> type[BootcampEnvironment]:
-    """A TRL environment class for bootcamp ``name`` (its tools as methods)."""
+def environment_class(name: str, *, images: bool = False) -> type[BootcampEnvironment]:
+    """A TRL environment class for bootcamp ``name`` (its tools as methods); ``images``: it returns images."""
     bootcamp = registry.make(name)
     instance = bootcamp.generate(None, 0)
-    members: dict[str, Any] = {"bootcamp": bootcamp, "__doc__": f"The {name} bootcamp as a TRL environment."}
+    members: dict[str, Any] = {
+        "bootcamp": bootcamp,
+        "images": images,
+        "__doc__": f"The {name} bootcamp as a TRL environment.",
+    }
     for tool in bootcamp.tools(instance):
         if tool.name in ("reset", "get_reward") or tool.name.startswith("_"):
             raise ValueError(f"{name} tool {tool.name!r} clashes with TRL's environment interface")
@@ -111,6 +125,16 @@ def environment_class(name: str) -> type[BootcampEnvironment]:
     return type(f"{name.title().replace('-', '').replace('_', '')}Environment", (BootcampEnvironment,), members)
 
 
-def environment_factories(names: list[str]) -> dict[str, type[BootcampEnvironment]]:
-    """``{bootcamp: environment class}``; TRL calls each class to make an instance per rollout."""
-    return {name: environment_class(name) for name in names}
+def environment_factories(names: list[str], *, images: bool = False) -> dict[str, type[BootcampEnvironment]]:
+    """``{bootcamp: environment class}``; TRL calls each class to make an instance per rollout. ``images``
+    (a vision-language model): the environments return the images of vision bootcamps."""
+    return {name: environment_class(name, images=images) for name in names}
+
+
+def png_image(png: bytes) -> Any:
+    """A PNG as an RGB PIL image."""
+    import io
+
+    from PIL import Image
+
+    return Image.open(io.BytesIO(png)).convert("RGB")

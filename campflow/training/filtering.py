@@ -11,6 +11,13 @@ tool results as ``tool`` messages) and ``tools`` (a JSON string of function sche
 parses). ``messages`` is stored with the ``Json`` feature type: a plain Arrow struct would merge the
 argument objects of different tools into one struct and fill the gaps with nulls, which the chat
 template would then render and the model would learn.
+
+Vision episodes keep their images as TRL's SFTTrainer reads them for a vision-language model: an
+``images`` column (PNG images, in the order they appear) beside ``messages``, whose messages with
+images hold ``{"type": "image"}`` placeholders among ``{"type": "text"}`` parts; images returned by
+tools are there too (the engine sends them in the user message that follows the tool result). A
+dataset without images has no ``images`` column. The verl export writes ``<image>`` placeholders in
+the prompt text and the images beside it, as verl's multimodal datasets read them.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from campflow.agents.chat import UnrenderableTranscript, action_sequence, template_messages
+from campflow.agents.vision import image_urls, png_bytes
 from campflow.bootcamps import registry
+from campflow.bootcamps.messages import content_text
 from campflow.bootcamps.splits import assert_not_held_out, is_eval_seed
 from campflow.config import FilterConfig
 from campflow.errors import CampflowError
@@ -92,17 +101,18 @@ def select(
             if cfg.dedupe and key in seen:
                 reason = "duplicate"
             elif (
-                cfg.max_chars is not None and sum(len(str(m.get("content") or "")) for m in transcript) > cfg.max_chars
+                cfg.max_chars is not None
+                and sum(len(content_text(m.get("content"), image="")) for m in transcript) > cfg.max_chars
             ):
                 reason = "too_long"
             else:
                 try:
-                    messages = template_messages(transcript)
+                    messages = template_messages(transcript, images=True)
                 except UnrenderableTranscript:
                     reason = "malformed"
                 else:
                     seen.add(key)
-                    kept.append({**row, "messages": messages})
+                    kept.append({**row, "messages": messages, "image_urls": image_urls(transcript)})
         if reason is not None:
             dropped[reason] += 1
     return _balance(kept, cfg, dropped), dropped
@@ -213,6 +223,10 @@ def build_sft_dataset(
         }
         for r in kept
     ]
+    vision = any(r["image_urls"] for r in kept)
+    if vision:
+        for row, r in zip(rows, kept):
+            row["images"] = [{"bytes": png_bytes(u), "path": None} for u in r["image_urls"]]
     features = datasets.Features(
         {
             "messages": datasets.List(datasets.Json()),
@@ -224,6 +238,7 @@ def build_sft_dataset(
             "reward": datasets.Value("float64"),
             "teacher": datasets.Value("string"),
             "oracle_no_reasoning": datasets.Value("bool"),
+            **({"images": datasets.List(datasets.Image())} if vision else {}),
         }
     )
     if not path.exists():  # the id is a content hash: an existing folder already holds these rows
@@ -291,6 +306,7 @@ def export_verl(store: Store, run_ids: Sequence[str], cfg: FilterConfig, out: Pa
     for index, (iid, r) in enumerate(sorted(instances.items())):
         bootcamp = registry.make(r["bootcamp"])
         instance = bootcamp.generate(json.loads(r["params"]), int(r["seed"]))
+        prompt = bootcamp.prompt(instance)
         identity = {
             "bootcamp": r["bootcamp"],
             "version": instance.version,
@@ -301,10 +317,9 @@ def export_verl(store: Store, run_ids: Sequence[str], cfg: FilterConfig, out: Pa
         records.append(
             {
                 "data_source": f"campflow/{r['bootcamp']}",
-                "prompt": [
-                    {"role": m["role"], "content": template_messages([m])[0]["content"]}
-                    for m in bootcamp.prompt(instance)
-                ],
+                # verl splits a message's text on <image> and fills each from `images`, in order
+                "prompt": [{"role": m["role"], "content": content_text(m["content"], image="<image>")} for m in prompt],
+                "images": [{"bytes": png_bytes(u), "path": None} for u in image_urls(prompt)],
                 "ability": "agentic-tool-use",
                 "reward_model": {"style": "rule", "ground_truth": json.dumps(identity, sort_keys=True)},
                 "extra_info": {
@@ -316,6 +331,9 @@ def export_verl(store: Store, run_ids: Sequence[str], cfg: FilterConfig, out: Pa
                 },
             }
         )
+    if not any(rec["images"] for rec in records):
+        for rec in records:  # text bootcamps only: no images column, as before
+            del rec["images"]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     pq.write_table(pa.Table.from_pylist(records), tmp)

@@ -5,6 +5,12 @@ when the store has them): one row per instance with its system prompt, its bootc
 ``environment`` field selects the environment) and the params and seed that ``reset`` rebuilds it
 from. Every row is checked against the eval split before training starts.
 
+A vision-language model sees the images of vision bootcamps: ``reset`` and the tools return them as
+image parts, which TRL's GRPOTrainer feeds through the model's processor (the prompt's images and the
+images tool results return). TRL puts a tool's image inside its ``tool`` message, where the rollout
+engine (and so SFT data and evaluation) sends it in a user message after the tool result; RL and SFT
+render a tool's image in those two places.
+
 TRL's scale options pass through from ``training.rl`` (``use_vllm``, ``vllm_mode``, the per-device
 batch, gradient accumulation); TRL validates their combinations itself.
 """
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from campflow.agents.local import MODEL_LOADING
+from campflow.agents.vision import is_vision_model, load_processor, save_processor
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_held_out, train_instances
@@ -41,9 +48,10 @@ def rl_instances(
     per_bootcamp: int,
     seed: int,
     levels: list[int] | dict[str, list[int]] | None = None,
+    observation: str | None = None,
 ) -> list[Instance]:
     """Train-split instances: synthesized variants from the store first, then generated ones at
-    ``levels`` (one list for every bootcamp, or a list per bootcamp)."""
+    ``levels`` (one list for every bootcamp, or a list per bootcamp), vision bootcamps in ``observation`` mode."""
     out: list[Instance] = []
     for name in bootcamps:
         bootcamp = registry.make(name)
@@ -55,7 +63,7 @@ def rl_instances(
         chosen = [bootcamp.generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
         mine = levels.get(name) if isinstance(levels, dict) else levels
         lv = [lvl for lvl in (mine or sorted(bootcamp.levels)) if lvl in bootcamp.levels]
-        chosen += train_instances(bootcamp, per_bootcamp - len(chosen), seed=seed, levels=lv)
+        chosen += train_instances(bootcamp, per_bootcamp - len(chosen), seed=seed, levels=lv, observation=observation)
         out += chosen
     return out
 
@@ -154,17 +162,22 @@ def train_rl(
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
-    if instances is None:
-        instances = rl_instances(store, bootcamps, cfg.instances_per_bootcamp, cfg.seed, levels)
+    vision = is_vision_model(parent.path)
+    if instances is None:  # vision bootcamps in the mode the model reads
+        observation = "image" if vision else "text"
+        instances = rl_instances(store, bootcamps, cfg.instances_per_bootcamp, cfg.seed, levels, observation)
     instances = list(instances)
     assert_not_held_out((i.id for i in instances), store.eval_ids(), store.probe_ids(), what="the RL training set")
     if main:
         store.write_instances(instances, split="train")
     train = datasets.Dataset.from_list(rl_rows(instances))
     hardware.select()
-    with MODEL_LOADING:
+    with MODEL_LOADING:  # a vision-language model generates and trains through its processor
         tokenizer = AutoTokenizer.from_pretrained(parent.path, padding_side="left")
-    check_rl_template(tokenizer, parent.path)
+        processing = load_processor(parent.path) if vision else tokenizer
+    if vision:
+        processing.tokenizer.padding_side = "left"
+    check_rl_template(processing, parent.path)
     start = starting_model(parent, cfg.lora, hardware)
     tuner = hardware.thread_tuner()
     final = checkpoints.models_dir(workspace) / model_id
@@ -177,8 +190,8 @@ def train_rl(
                 model=start.model,
                 args=args,
                 train_dataset=train,
-                processing_class=tokenizer,
-                environment_factory=environment_factories(bootcamps),
+                processing_class=processing,
+                environment_factory=environment_factories(bootcamps, images=vision),
                 peft_config=start.peft_config,
                 callbacks=[progress_callback("rl", "RL"), *threads_callback(tuner)],
             )
@@ -203,7 +216,10 @@ def train_rl(
         }
         if not main:
             return TrainResult(checkpoints.Checkpoint(model_id, "rl", final, parent.model_id, None, metrics), metrics)
-        tokenizer.save_pretrained(str(out))
+        if vision:
+            save_processor(processing, out)
+        else:
+            tokenizer.save_pretrained(str(out))
         shutil.rmtree(out / "trainer", ignore_errors=True)
     ckpt = checkpoints.register(store, model_id, "rl", final, parent=parent.model_id, metrics=metrics)
     return TrainResult(ckpt, metrics)

@@ -3,7 +3,9 @@
 Device and precision come from :func:`campflow.hardware.resolve_hardware` (the embedded default: the
 CPU in float32), adapters from :mod:`campflow.training.adapters`, trackers from
 :mod:`campflow.training.tracking`; an explicit tokenizer and config, and progress reported through
-campflow's reporter instead of tqdm. The checkpoint is staged and renamed into place when training
+campflow's reporter instead of tqdm. A vision-language model trains through its processor on rows
+with images (TRL's vision collator renders them with the model's template); its checkpoint keeps the
+processor. The checkpoint is staged and renamed into place when training
 completes, then registered with its parent, dataset and metrics (by the main process only).
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 from campflow import progress
 from campflow.agents.local import MODEL_LOADING
+from campflow.agents.vision import is_vision_model, load_processor, save_processor
 from campflow.config import SFTConfig
 from campflow.errors import CampflowError
 from campflow.hardware import Hardware, resolve_hardware
@@ -209,12 +212,20 @@ def train_sft(
     from transformers import AutoTokenizer
 
     hardware.select()
-    with MODEL_LOADING:
-        tokenizer = AutoTokenizer.from_pretrained(parent.path)
-    check_sft_template(tokenizer, parent.path)
-    start = starting_model(parent, cfg.lora, hardware)
+    vision = is_vision_model(parent.path)
+    with MODEL_LOADING:  # a vision-language model trains through its processor (images and text)
+        processing = load_processor(parent.path) if vision else AutoTokenizer.from_pretrained(parent.path)
+    check_sft_template(processing, parent.path)
     train = datasets.load_from_disk(rows[0]["path"])
-    max_length = max_length or start.model.config.max_position_embeddings
+    if "images" in train.column_names and not vision:
+        raise CampflowError(
+            f"dataset {dataset_id} holds images but {parent.model_id} reads text only; train a vision-language "
+            "model on it (improve.model: embedded-vl), or collect text-mode episodes (rollout.observation: text)"
+        )
+    if vision:
+        train = train.map(_empty_turns_as_parts, features=train.features, keep_in_memory=True)
+    start = starting_model(parent, cfg.lora, hardware)
+    max_length = max_length or start.model.config.get_text_config().max_position_embeddings
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main) as out:
         args = sft_arguments(
@@ -226,15 +237,25 @@ def train_sft(
             run_name=model_id,
         )
         tuner = hardware.thread_tuner()
+        extra = {}
+        if "images" in train.column_names:  # each row rendered with its own tools (TRL's collator drops them)
+            from trl.chat_template_utils import get_training_chat_template
+
+            from campflow.training.vision_sft import VisionToolsCollator
+
+            template = get_training_chat_template(processing) or processing.chat_template
+            extra["data_collator"] = VisionToolsCollator(processing, template, max_length)
+            args.remove_unused_columns = False  # the collator reads the tools column
         trainer = quiet(
             sft_trainer(
                 cfg.fused_loss,
                 model=start.model,
                 args=args,
                 train_dataset=train,
-                processing_class=tokenizer,
+                processing_class=processing,
                 peft_config=start.peft_config,
                 callbacks=[progress_callback("sft", "SFT")],
+                **extra,
             )
         )
         for callback in threads_callback(tuner, lambda: float(trainer.positions)):
@@ -262,9 +283,25 @@ def train_sft(
             return TrainResult(
                 checkpoints.Checkpoint(model_id, "sft", final, parent.model_id, dataset_id, metrics), metrics
             )
-        tokenizer.save_pretrained(str(out))
+        if vision:
+            save_processor(processing, out)
+        else:
+            processing.save_pretrained(str(out))
         shutil.rmtree(out / "trainer", ignore_errors=True)
     ckpt = checkpoints.register(
         store, model_id, "sft", final, parent=parent.model_id, dataset_id=dataset_id, metrics=metrics
     )
     return TrainResult(ckpt, metrics)
+
+
+def _empty_turns_as_parts(row: dict[str, Any]) -> dict[str, Any]:
+    """A row for a vision-language model: an assistant turn without text gets the empty parts list.
+
+    TRL turns every string content into a text part for a VLM, and Qwen-VL templates write a newline
+    before the tool call of a turn whose content is a non-empty list; an empty string would so train a
+    newline (merged with the header's) that the model never sees at inference, where the processor
+    renders the conversation as it is."""
+    messages = [
+        {**m, "content": []} if m.get("role") == "assistant" and m.get("content") == "" else m for m in row["messages"]
+    ]
+    return {"messages": messages}
