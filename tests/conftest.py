@@ -19,6 +19,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _registry_as_found():
+    """Each test module leaves the process's bootcamp registry as it found it: bootcamps a module
+    imported or authored, and the workspace resolver it installed, do not reach the next module (where
+    ``all`` would count them)."""
+    from campflow.bootcamps import registry
+
+    names, resolver = set(registry.names()), registry.current_resolver()
+    yield
+    for name in set(registry.names()) - names:
+        registry.unregister(name)
+    registry.set_resolver(resolver)
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
     """A temporary Prefect API for the whole test session (started once, ~10 s)."""
