@@ -493,7 +493,8 @@ def test_ctrl_c_mid_evaluation_says_where_it_stopped_and_the_rerun_completes_it(
     ]
     env = {**os.environ, "COLUMNS": "200", "CAMPFLOW__ROLLOUT__SHARD_SIZE": "2", "CAMPFLOW__ROLLOUT__WORKERS": "1"}
     exe = str(Path(sys.executable).parent / "campflow")
-    with ScriptedEndpoint(_oracle(), latency=0.2) as server:
+    # slow enough that the interrupt lands mid-evaluation even on a loaded machine (20 episodes take ~1 min)
+    with ScriptedEndpoint(_oracle(), latency=0.6) as server:
         # its own process group, as a terminal's foreground job: Ctrl-C reaches Prefect's API server too
         proc = subprocess.Popen(
             [exe, *args, "--base-url", server.url],
