@@ -123,6 +123,16 @@ class EvalConfig(Section):
     levels: list[int] | None = Field(None, description="only these levels; None: all")
 
 
+class CopyPretrainingConfig(Section):
+    """Copy pretraining of an embedded model right after initialization (campflow/training/copying.py):
+    random token strings repeated after a separator, the stand-in for a real model's pretraining."""
+
+    steps: int = Field(400, ge=0, le=1_000_000, description="training steps; 0 leaves the model as initialized")
+    batch_size: int = Field(32, ge=1, le=4096, description="sequences per step")
+    length: int = Field(24, ge=4, le=1024, description="longest string copied, in tokens (each step draws 4..length)")
+    learning_rate: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate after 20 warmup steps")
+
+
 class TinyModelConfig(Section):
     """The embedded default model, built locally (no download)."""
 
@@ -141,6 +151,7 @@ class TinyModelConfig(Section):
         "qwen2.5",
         description="TRL's template the model speaks: qwen2.5 (all turns alike) or qwen3 (thinking: <think> blocks)",
     )
+    pretrain: CopyPretrainingConfig = Field(default_factory=CopyPretrainingConfig, description="copy pretraining")
 
 
 class TinyVisionModelConfig(Section):
@@ -170,6 +181,9 @@ class TinyVisionModelConfig(Section):
     )
     corpus_per_level: int = Field(
         30, ge=1, le=100_000, description="demonstration episodes per level for the tokenizer"
+    )
+    pretrain: CopyPretrainingConfig = Field(
+        default_factory=CopyPretrainingConfig, description="copy pretraining of the language model"
     )
 
 

@@ -33,6 +33,7 @@ def write_tiny_config(workspace: Path, **overrides: object) -> Path:
                 "heads": 2,
                 "kv_heads": 1,
                 "max_positions": 1024,
+                "pretrain": {"steps": 0},
             },
             "sft": {"max_steps": 6, "batch_size": 4},
             "rl": {

@@ -105,6 +105,7 @@ def thinking(tmp_path_factory):
                 "kv_heads": 1,
                 "max_positions": 1024,
                 "chat_template": "qwen3",
+                "pretrain": {"steps": 0},
             },
         },
         env={},

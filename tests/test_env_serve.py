@@ -250,7 +250,7 @@ def test_the_readme_snippet_trains_a_grpo_step_on_a_served_bootcamp(
     from campflow.training.tinymodel import build_tiny_model
 
     model = tmp_path / "tiny"
-    build_tiny_model(model, TinyModelConfig(corpus_per_level=4), ["calculator"])
+    build_tiny_model(model, TinyModelConfig(corpus_per_level=4, pretrain={"steps": 0}), ["calculator"])
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     namespace: dict[str, Any] = {}

@@ -30,6 +30,7 @@ TINY = TinyModelConfig(
     kv_heads=1,
     max_positions=2048,
     corpus_per_level=2,
+    pretrain={"steps": 0},
 )
 
 

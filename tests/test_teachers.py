@@ -25,6 +25,7 @@ TINY_QWEN3 = {
     "kv_heads": 1,
     "max_positions": 1024,
     "chat_template": "qwen3",
+    "pretrain": {"steps": 0},
 }
 
 

@@ -28,7 +28,14 @@ def small(tmp_path_factory):
     """A workspace with a small base model and oracle + noisy episodes on train and eval instances."""
     ws = tmp_path_factory.mktemp("train")
     cfg = load_config(
-        None, {"workspace.path": str(ws), "training.tiny.corpus_per_level": 8, "training.levels": [1, 2]}, env={}
+        None,
+        {
+            "workspace.path": str(ws),
+            "training.tiny.corpus_per_level": 8,
+            "training.tiny.pretrain.steps": 40,
+            "training.levels": [1, 2],
+        },
+        env={},
     )
     store = Store(cfg.workspace.db_path)
     base = ensure_base(store, cfg)
@@ -66,6 +73,32 @@ def test_the_tiny_model_builds_offline_in_range_and_deterministically(small, tmp
     again = build_tiny_model(tmp_path / "again", cfg.training.tiny, sorted(cfg.training.bootcamps))
     assert again.fingerprint == base.metrics["fingerprint"]
     assert AutoConfig.from_pretrained(base.path).model_type == "qwen3"
+
+
+def test_the_base_is_copy_pretrained_and_says_so(small) -> None:
+    import torch
+    from transformers import AutoTokenizer
+
+    from campflow.training.copying import SEPARATOR, copy_batch
+
+    _, _, base = small
+    m = base.metrics
+    assert m["copy_steps"] == 40 and m["copy_final_loss"] < m["copy_first_loss"] - 0.5, m
+    saved = json.loads((base.path / "campflow.json").read_text())["pretraining"]
+    assert saved == {k: m[k] for k in saved} and len(saved) == 4
+
+    tok = AutoTokenizer.from_pretrained(base.path)
+    batch = copy_batch(tok, torch.Generator().manual_seed(0), batch=64, length=12)
+    ids, labels = batch["input_ids"], batch["labels"]
+    n = (ids.shape[1] - 1) // 2
+    assert 4 <= n <= 12 and (ids[:, n] == tok.convert_tokens_to_ids(SEPARATOR)).all()
+    assert torch.equal(ids[:, :n], ids[:, n + 1 :]) and torch.equal(labels[:, n + 1 :], ids[:, n + 1 :])
+    assert (labels[:, : n + 1] == -100).all()
+    specials = set(tok.all_special_ids) | set(tok.get_added_vocab().values())
+    assert not specials & set(ids[:, :n].flatten().tolist())
+    digits = set(tok.convert_tokens_to_ids([str(d) for d in range(10)]))
+    share = sum(t in digits for t in ids[:, :n].flatten().tolist()) / ids[:, :n].numel()
+    assert 0.35 < share < 0.65
 
 
 def test_trl_parses_a_tool_call_the_tokenizer_renders(small) -> None:

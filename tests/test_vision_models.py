@@ -36,6 +36,7 @@ TINY_VL = {
     "training.tiny_vl.vision_layers": 1,
     "training.tiny_vl.vision_heads": 2,
     "training.tiny_vl.max_image_pixels": 128 * 128,
+    "training.tiny_vl.pretrain.steps": 10,  # the language model's copy pretraining runs, briefly
 }
 
 
@@ -71,6 +72,7 @@ def test_the_tiny_vlm_builds_offline_deterministically_for_a_seed(vl, tmp_path) 
     cfg, _, base = vl
     config = AutoConfig.from_pretrained(base.path)
     assert config.model_type == "qwen3_vl" and base.metrics["vision"]
+    assert base.metrics["copy_steps"] == 10 and base.metrics["copy_final_loss"] < base.metrics["copy_first_loss"]
     assert is_vision_model(base.path)
     processor = load_processor(base.path)
     assert processor.chat_template == qwen3_vl_chat_template  # TRL's, byte for byte
@@ -137,7 +139,9 @@ def test_observation_mode_follows_what_the_model_can_see(vl, tmp_path) -> None:
     text_model = tmp_path / "text"
     build_tiny_model(
         text_model,
-        TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=1),
+        TinyModelConfig(
+            vocab_size=300, hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=1, pretrain={"steps": 0}
+        ),
         [],
         texts=["a b c 1 2 3"] * 4,
     )

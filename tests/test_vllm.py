@@ -45,6 +45,7 @@ def test_a_launched_vllm_evaluates_a_tiny_checkpoint_and_is_stopped_afterwards(t
             kv_heads=1,
             max_positions=2048,
             corpus_per_level=2,
+            pretrain={"steps": 0},
         ),
         ["calculator"],
     )

@@ -41,5 +41,10 @@ def _ensure(
     final = checkpoints.models_dir(cfg.workspace.path) / model_id
     with checkpoints.staging(final) as tmp:
         built = build(tmp, model_cfg, bootcamps, hardware=hardware)
-    metrics = {"parameters": built.parameters, "vocab_size": built.vocab_size, "fingerprint": built.fingerprint}
+    metrics = {
+        "parameters": built.parameters,
+        "vocab_size": built.vocab_size,
+        "fingerprint": built.fingerprint,
+        **built.pretraining,
+    }
     return checkpoints.register(store, model_id, "base", final, metrics={**metrics, **dict.fromkeys(kind, True)})

@@ -24,10 +24,11 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from campflow.config import TinyModelConfig
+from campflow.config import CopyPretrainingConfig, TinyModelConfig
 from campflow.hardware import Hardware, resolve_hardware
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -52,6 +53,7 @@ class BuiltModel:
     parameters: int
     vocab_size: int
     fingerprint: str
+    pretraining: dict[str, float | int] = field(default_factory=dict)
 
 
 def chat_template(name: str = "qwen2.5") -> str:
@@ -168,6 +170,7 @@ def build_tiny_model(
     )
     torch.manual_seed(cfg.seed)
     model = Qwen3ForCausalLM(config)
+    pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed)
     if hardware.dtype != "float32":
         model = model.to(hardware.torch_dtype())
         model.config.dtype = hardware.dtype
@@ -178,9 +181,30 @@ def build_tiny_model(
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "campflow.json").write_text(
-        json.dumps({"kind": "base", "bootcamps": list(bootcamps), "tiny_model": cfg.model_dump()}, indent=1)
+        json.dumps(
+            {"kind": "base", "bootcamps": list(bootcamps), "tiny_model": cfg.model_dump(), "pretraining": pretraining},
+            indent=1,
+        )
     )
-    return BuiltModel(out, sum(p.numel() for p in model.parameters()), len(tokenizer), fingerprint(out))
+    return BuiltModel(out, sum(p.numel() for p in model.parameters()), len(tokenizer), fingerprint(out), pretraining)
+
+
+def copy_pretrain(model: Any, tokenizer: Any, cfg: CopyPretrainingConfig, seed: int) -> dict[str, float | int]:
+    """Copy-pretrain a freshly initialized ``model`` as ``cfg`` says (nothing for 0 steps); its figures."""
+    if cfg.steps == 0:
+        return {}
+    from campflow.training.copying import pretrain_copy
+
+    done = pretrain_copy(
+        model,
+        tokenizer,
+        steps=cfg.steps,
+        batch=cfg.batch_size,
+        length=cfg.length,
+        learning_rate=cfg.learning_rate,
+        seed=seed,
+    )
+    return done.metrics()
 
 
 def fingerprint(path: Path) -> str:

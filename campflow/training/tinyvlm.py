@@ -26,7 +26,7 @@ from pathlib import Path
 from campflow.agents.vision import VISION_TOKENS, image_only_processor, save_processor
 from campflow.config import TinyModelConfig, TinyVisionModelConfig
 from campflow.hardware import Hardware, resolve_hardware
-from campflow.training.tinymodel import BuiltModel, build_tokenizer, corpus, fingerprint
+from campflow.training.tinymodel import BuiltModel, build_tokenizer, copy_pretrain, corpus, fingerprint
 
 MERGE = 2  # patches per side merged into one image token (Qwen-VL's spatial merge)
 TEMPORAL_PATCH = 2  # Qwen-VL repeats a still image over two frames
@@ -133,6 +133,7 @@ def build_tiny_vlm(
     )
     torch.manual_seed(cfg.seed)
     model = Qwen3VLForConditionalGeneration(config)
+    pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed)  # the language model, text only
     if hardware.dtype != "float32":
         model = model.to(hardware.torch_dtype())
         model.config.dtype = hardware.dtype
@@ -143,6 +144,9 @@ def build_tiny_vlm(
     model.save_pretrained(out)
     save_processor(processor, out)
     (out / "campflow.json").write_text(
-        json.dumps({"kind": "base", "bootcamps": list(bootcamps), "tiny_vl": cfg.model_dump()}, indent=1)
+        json.dumps(
+            {"kind": "base", "bootcamps": list(bootcamps), "tiny_vl": cfg.model_dump(), "pretraining": pretraining},
+            indent=1,
+        )
     )
-    return BuiltModel(out, sum(p.numel() for p in model.parameters()), len(tokenizer), fingerprint(out))
+    return BuiltModel(out, sum(p.numel() for p in model.parameters()), len(tokenizer), fingerprint(out), pretraining)
