@@ -90,7 +90,7 @@ def pretrain_copy(
         optimizer.step()
         warmup.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(loss.item())
     model.eval()
     window = max(1, min(20, steps // 4))  # lengths vary per step: a mean, not one step's loss
     return CopyPretraining(
