@@ -18,8 +18,12 @@ computes them).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from campflow.threads import ThreadTuner
 
 SEPARATOR = "<|im_start|>"
 
@@ -71,9 +75,11 @@ def pretrain_copy(
     length: int,
     learning_rate: float,
     seed: int,
+    tuner: ThreadTuner | None = None,
 ) -> CopyPretraining:
     """Train ``model`` (a causal LM, in place) for ``steps`` steps on copy sequences of ``tokenizer``'s
-    vocabulary: AdamW at ``learning_rate``, 20 warmup steps, then constant."""
+    vocabulary: AdamW at ``learning_rate``, 20 warmup steps, then constant. On a CPU ``tuner`` picks
+    torch's thread count per step (as in SFT: one thread beside other work)."""
     import time
 
     import torch
@@ -85,11 +91,13 @@ def pretrain_copy(
     losses: list[float] = []
     started = time.perf_counter()
     for _ in range(steps):
-        loss = model(**copy_batch(tokenizer, generator, batch=batch, length=length)).loss
-        loss.backward()
-        optimizer.step()
-        warmup.step()
-        optimizer.zero_grad(set_to_none=True)
+        inputs = copy_batch(tokenizer, generator, batch=batch, length=length)
+        with tuner.unit(inputs["input_ids"].numel()) if tuner is not None else nullcontext():
+            loss = model(**inputs).loss
+            loss.backward()
+            optimizer.step()
+            warmup.step()
+            optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
     model.eval()
     window = max(1, min(20, steps // 4))  # lengths vary per step: a mean, not one step's loss

@@ -170,7 +170,7 @@ def build_tiny_model(
     )
     torch.manual_seed(cfg.seed)
     model = Qwen3ForCausalLM(config)
-    pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed)
+    pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed, hardware)
     if hardware.dtype != "float32":
         model = model.to(hardware.torch_dtype())
         model.config.dtype = hardware.dtype
@@ -189,8 +189,11 @@ def build_tiny_model(
     return BuiltModel(out, sum(p.numel() for p in model.parameters()), len(tokenizer), fingerprint(out), pretraining)
 
 
-def copy_pretrain(model: Any, tokenizer: Any, cfg: CopyPretrainingConfig, seed: int) -> dict[str, float | int]:
-    """Copy-pretrain a freshly initialized ``model`` as ``cfg`` says (nothing for 0 steps); its figures."""
+def copy_pretrain(
+    model: Any, tokenizer: Any, cfg: CopyPretrainingConfig, seed: int, hardware: Hardware
+) -> dict[str, float | int]:
+    """Copy-pretrain a freshly initialized ``model`` as ``cfg`` says (nothing for 0 steps), torch's CPU
+    threads chosen by ``hardware``; its figures."""
     if cfg.steps == 0:
         return {}
     from campflow.training.copying import pretrain_copy
@@ -203,6 +206,7 @@ def copy_pretrain(model: Any, tokenizer: Any, cfg: CopyPretrainingConfig, seed: 
         length=cfg.length,
         learning_rate=cfg.learning_rate,
         seed=seed,
+        tuner=hardware.thread_tuner(),
     )
     return done.metrics()
 

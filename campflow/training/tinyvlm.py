@@ -133,7 +133,7 @@ def build_tiny_vlm(
     )
     torch.manual_seed(cfg.seed)
     model = Qwen3VLForConditionalGeneration(config)
-    pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed)  # the language model, text only
+    pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed, hardware)  # the language model, text only
     if hardware.dtype != "float32":
         model = model.to(hardware.torch_dtype())
         model.config.dtype = hardware.dtype
