@@ -8,6 +8,7 @@ fine-tunes with TRL's SFTTrainer, evaluates again, and prints the success rates 
 every stage.
 
 Run: python benchmarks/bench_vision.py [--workspace DIR] [--modes image,text] [--sft-steps 400] [--eval-n 40]
+     [--read-steps N] (the base's reading pretraining, campflow/training/reading.py; default off)
 (measured once with the defaults on the shared 2-core CPU: image 0% -> 0%, SFT 62 min; text 0% -> 50%,
 SFT 32 min: the model learns the format and the moves, but at this size and budget not to read its and
 the goal's positions from the image)
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--sft-batch", type=int, default=8)
     ap.add_argument("--sft-lr", type=float, default=2e-3)
     ap.add_argument("--eval-n", type=int, default=40, help="eval-split instances of gridworld level 1")
+    ap.add_argument("--read-steps", type=int, default=None, help="reading pretraining steps of the base (config's: 0)")
     args = ap.parse_args()
 
     import warnings
@@ -89,6 +91,7 @@ def main() -> None:
                 "rollout.shard_size": 1000,
                 "policy.max_tokens": 48,
                 "policy.batch_size": 32,
+                **({"training.tiny_vl.read.steps": args.read_steps} if args.read_steps is not None else {}),
             },
             env={},
         )

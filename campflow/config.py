@@ -133,6 +133,16 @@ class CopyPretrainingConfig(Section):
     learning_rate: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate after 20 warmup steps")
 
 
+class ReadingPretrainingConfig(Section):
+    """Reading pretraining of the embedded vision-language model after copy pretraining
+    (campflow/training/reading.py): a vision bootcamp's image-mode prompt in, the same task's text view out."""
+
+    steps: int = Field(0, ge=0, le=1_000_000, description="training steps; 0 (the default) skips it")
+    batch_size: int = Field(8, ge=1, le=4096, description="examples per step")
+    instances: int = Field(200, ge=1, le=1_000_000, description="train-split instances per vision bootcamp")
+    learning_rate: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate after 20 warmup steps")
+
+
 class TinyModelConfig(Section):
     """The embedded default model, built locally (no download)."""
 
@@ -184,6 +194,9 @@ class TinyVisionModelConfig(Section):
     )
     pretrain: CopyPretrainingConfig = Field(
         default_factory=CopyPretrainingConfig, description="copy pretraining of the language model"
+    )
+    read: ReadingPretrainingConfig = Field(
+        default_factory=ReadingPretrainingConfig, description="reading pretraining: frames to their text views"
     )
 
 

@@ -37,6 +37,8 @@ TINY_VL = {
     "training.tiny_vl.vision_heads": 2,
     "training.tiny_vl.max_image_pixels": 128 * 128,
     "training.tiny_vl.pretrain.steps": 10,  # the language model's copy pretraining runs, briefly
+    "training.tiny_vl.read.steps": 6,  # and its reading pretraining
+    "training.tiny_vl.read.instances": 4,
 }
 
 
@@ -73,6 +75,7 @@ def test_the_tiny_vlm_builds_offline_deterministically_for_a_seed(vl, tmp_path) 
     config = AutoConfig.from_pretrained(base.path)
     assert config.model_type == "qwen3_vl" and base.metrics["vision"]
     assert base.metrics["copy_steps"] == 10 and base.metrics["copy_final_loss"] < base.metrics["copy_first_loss"]
+    assert base.metrics["read_steps"] == 6 and base.metrics["read_examples"] == 3 * 4  # 4 of each vision bootcamp
     assert is_vision_model(base.path)
     processor = load_processor(base.path)
     assert processor.chat_template == qwen3_vl_chat_template  # TRL's, byte for byte

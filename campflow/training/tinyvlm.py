@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from campflow.agents.vision import VISION_TOKENS, image_only_processor, save_processor
-from campflow.config import TinyModelConfig, TinyVisionModelConfig
+from campflow.config import ReadingPretrainingConfig, TinyModelConfig, TinyVisionModelConfig
 from campflow.hardware import Hardware, resolve_hardware
 from campflow.training.tinymodel import BuiltModel, build_tokenizer, copy_pretrain, corpus, fingerprint
 
@@ -63,6 +64,31 @@ def build_processor(texts: Sequence[str], cfg: TinyVisionModelConfig):  # noqa: 
         size={"shortest_edge": side * side, "longest_edge": cfg.max_image_pixels},
     )
     return image_only_processor(image_processor, tokenizer, vision_chat_template())
+
+
+def read_pretrain(
+    model: Any, processor: Any, cfg: ReadingPretrainingConfig, bootcamps: Sequence[str], seed: int, hardware: Hardware
+) -> dict[str, float | int]:
+    """Reading-pretrain ``model`` on the vision bootcamps among ``bootcamps`` as ``cfg`` says (nothing for
+    0 steps or no vision bootcamp); its figures."""
+    if cfg.steps == 0:
+        return {}
+    from campflow.training.reading import pretrain_reading, reading_rows
+
+    rows = reading_rows(bootcamps, cfg.instances, seed)
+    if not rows:
+        return {}
+    done = pretrain_reading(
+        model,
+        processor,
+        rows,
+        steps=cfg.steps,
+        batch=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        seed=seed,
+        tuner=hardware.thread_tuner(),
+    )
+    return done.metrics()
 
 
 def build_tiny_vlm(
@@ -134,6 +160,7 @@ def build_tiny_vlm(
     torch.manual_seed(cfg.seed)
     model = Qwen3VLForConditionalGeneration(config)
     pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed, hardware)  # the language model, text only
+    pretraining |= read_pretrain(model, processor, cfg.read, bootcamps, cfg.seed, hardware)
     if hardware.dtype != "float32":
         model = model.to(hardware.torch_dtype())
         model.config.dtype = hardware.dtype
