@@ -396,3 +396,16 @@ def test_a_vlms_text_mode_rows_train_on_exactly_the_prompts_it_is_given(vl) -> N
             if message["role"] == "assistant":
                 asked = encode_conversation(processor, episode[:k], tools)["input_ids"]
                 assert trained[: len(asked)] == asked
+
+
+def test_reading_rows_pair_each_frame_with_the_same_tasks_text_view() -> None:
+    from campflow.training.reading import reading_rows
+
+    rows = reading_rows(["gridworld", "calculator"], 3, seed=0)
+    assert len(rows) == 3  # calculator has no image mode
+    for row, instance in zip(rows, train_instances(registry.make("gridworld"), 3, seed=0, observation="image")):
+        x, y = instance.data["start"]
+        lines = row["messages"][1]["content"].splitlines()
+        assert lines[0] == "Map:" and lines[y + 2][x + 3] == "@", lines  # after the header and the row label
+        assert [p["type"] for p in row["messages"][0]["content"]] == ["text", "image"]
+        assert len(row["images"]) == 1 and row["images"][0].size == tuple(instance.data["image_size"])
