@@ -303,7 +303,13 @@ def test_improve_with_the_embedded_vlm_runs_a_cycle_on_gridworld_in_image_mode(t
     from campflow.flows.improve import improve
     from tests.loop_config import write_tiny_config
 
-    tiny_vl = {k.split(".")[-1]: v for k, v in TINY_VL.items()}
+    tiny_vl: dict = {}
+    for key, value in TINY_VL.items():  # "training.tiny_vl.read.steps" -> {"read": {"steps": ...}}
+        *sections, name = key.split(".")[2:]
+        node = tiny_vl
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
     path = write_tiny_config(
         tmp_path / "ws",
         eval__bootcamps=["gridworld"],
