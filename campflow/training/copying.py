@@ -18,6 +18,7 @@ computes them).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -80,18 +81,30 @@ def pretrain_copy(
     """Train ``model`` (a causal LM, in place) for ``steps`` steps on copy sequences of ``tokenizer``'s
     vocabulary: AdamW at ``learning_rate``, 20 warmup steps, then constant. On a CPU ``tuner`` picks
     torch's thread count per step (as in SFT: one thread beside other work)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    batches = (copy_batch(tokenizer, generator, batch=batch, length=length) for _ in range(steps))
+    first, final, seconds = train_steps(model, batches, learning_rate=learning_rate, tuner=tuner)
+    return CopyPretraining(steps, first, final, seconds)
+
+
+def train_steps(
+    model: Any, batches: Iterable[dict[str, Any]], *, learning_rate: float, tuner: ThreadTuner | None = None
+) -> tuple[float, float, float]:
+    """One optimizer step of ``model`` (in place) per batch of ``batches``: AdamW at ``learning_rate``
+    after 20 warmup steps, each step under ``tuner``'s thread count on a CPU. Returns the mean loss of
+    the first and of the last steps (batches vary: a mean, not one step's loss) and the seconds taken."""
     import time
 
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
     model.train()
     losses: list[float] = []
     started = time.perf_counter()
-    for _ in range(steps):
-        inputs = copy_batch(tokenizer, generator, batch=batch, length=length)
+    for inputs in batches:
         with tuner.unit(inputs["input_ids"].numel()) if tuner is not None else nullcontext():
             loss = model(**inputs).loss
             loss.backward()
@@ -100,7 +113,5 @@ def pretrain_copy(
             optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
     model.eval()
-    window = max(1, min(20, steps // 4))  # lengths vary per step: a mean, not one step's loss
-    return CopyPretraining(
-        steps, sum(losses[:window]) / window, sum(losses[-window:]) / window, time.perf_counter() - started
-    )
+    window = max(1, min(20, len(losses) // 4))
+    return sum(losses[:window]) / window, sum(losses[-window:]) / window, time.perf_counter() - started

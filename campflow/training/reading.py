@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -102,34 +100,14 @@ def pretrain_reading(
     """Train ``model`` (a vision-language model, in place) for ``steps`` steps of ``batch`` rows drawn
     from ``rows`` (:func:`reading_rows`): AdamW at ``learning_rate``, 20 warmup steps, then constant; on
     a CPU ``tuner`` picks torch's threads per step."""
-    import torch
     from trl.chat_template_utils import get_training_chat_template
 
+    from campflow.training.copying import train_steps
     from campflow.training.vision_sft import VisionToolsCollator
 
     template = get_training_chat_template(processor) or processor.chat_template
     collate = VisionToolsCollator(processor, template)
     rng = random.Random(f"read:{seed}")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
-    model.train()
-    losses: list[float] = []
-    started = time.perf_counter()
-    for _ in range(steps):
-        inputs = collate([rows[rng.randrange(len(rows))] for _ in range(batch)])
-        with tuner.unit(inputs["input_ids"].numel()) if tuner is not None else nullcontext():
-            loss = model(**inputs).loss
-            loss.backward()
-            optimizer.step()
-            warmup.step()
-            optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    model.eval()
-    window = max(1, min(20, steps // 4))
-    return ReadingPretraining(
-        steps,
-        len(rows),
-        sum(losses[:window]) / window,
-        sum(losses[-window:]) / window,
-        time.perf_counter() - started,
-    )
+    batches = (collate([rows[rng.randrange(len(rows))] for _ in range(batch)]) for _ in range(steps))
+    first, final, seconds = train_steps(model, batches, learning_rate=learning_rate, tuner=tuner)
+    return ReadingPretraining(steps, len(rows), first, final, seconds)
