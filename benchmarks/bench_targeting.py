@@ -8,9 +8,11 @@ more of the same. This ablation tests it on the project's own steps, nothing rei
 1. the start model on the eval split; its failures mined and clustered, variants synthesized for the
    clusters (the configured synthesizer, calibrated on the start model) with held-out probes
    (``--probes`` per accepted variant, split ``probe``, never trained on): the *targeted clusters*;
-2. arm A: the grounded demonstrator on ``--k`` variant train instances per bootcamp (from the targeted
-   variants' own seeds, probes skipped); arm B: the demonstrator on as many train instances per
-   bootcamp drawn uniformly at the curriculum's train levels, from fresh seeds; both checked against
+2. arm A: the grounded demonstrator on ``--k`` train instances per bootcamp, ``--share`` of them
+   variant instances (from the targeted variants' own seeds, probes skipped) and the rest drawn
+   uniformly at the curriculum's train levels, as a cycle of the loop mixes them (``synthesis.share``;
+   ``--share 1``: variants only); arm B: the demonstrator on as many train instances per bootcamp,
+   all drawn uniformly at the same levels from other seeds; both checked against
    the eval split and the probes, filtered alike into SFT datasets, the larger cut to the smaller per
    bootcamp (rows chosen by episode id) so both have the same rows per bootcamp;
 3. SFT of both from the start checkpoint with the same config and steps;
@@ -28,7 +30,8 @@ Run (full size, the lead's): python benchmarks/bench_targeting.py --workspace /t
 Flags: --workspace DIR (where the starting cycle runs; default a temp dir) | --from-workspace DIR (use
      the last completed cycle there; the ablation's runs, variants, probes, datasets and two checkpoints
      are added to that store, no cycle is recorded and the promoted model does not change) | --config |
-     --k N (instances per bootcamp per arm; default training.collect_n) | --probes N (default 8) |
+     --k N (instances per bootcamp per arm; default training.collect_n) | --share F (arm A's variant
+     share; default synthesis.share) | --probes N (default 8) |
      --sft-steps N (both arms; default training.sft.max_steps) | --eval-n N | --seed N |
      for the starting cycle only: --collect-n, --start-sft-steps, --rl-steps, --tiny-model (smoke runs).
 Smoke: python benchmarks/bench_targeting.py --tiny-model --eval-n 6 --collect-n 12 --start-sft-steps 20
@@ -79,6 +82,7 @@ class Arm:
     name: str
     collect_run: str
     instances: dict[str, int]  # bootcamp -> instances collected
+    targeted: dict[str, int] = field(default_factory=dict)  # bootcamp -> of them variant instances
     dataset: str = ""
     rows: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
@@ -120,7 +124,7 @@ def _rows(store: Store, dataset_id: str) -> tuple[dict[str, list[str]], dict[str
     return {b: sorted(v) for b, v in out.items()}, json.loads(r["filter"] or "{}").get("dropped", {})
 
 
-def run_ablation(cfg: CampflowConfig, start_model: str, k: int, seed: int) -> Ablation:
+def run_ablation(cfg: CampflowConfig, start_model: str, k: int, seed: int, share: float) -> Ablation:
     """Run the ablation as a Prefect flow (steps 1-4 of the module docstring), returning an :class:`Ablation`."""
     from prefect import flow
 
@@ -157,7 +161,7 @@ def run_ablation(cfg: CampflowConfig, start_model: str, k: int, seed: int) -> Ab
             # everything the arms' instances and the start's evaluation depend on: a rerun reuses its runs
             synthesis_cfg, eval_cfg = cfg.synthesis.model_dump(mode="json"), cfg.eval.model_dump(mode="json")
             levels = {b: train_levels(store, b, cfg.training.levels) for b in cfg.training.bootcamps}
-            tag = f"tgt-{_seed(start.model_id, k, seed, synthesis_cfg, eval_cfg, levels):012x}"
+            tag = f"tgt-{_seed(start.model_id, k, seed, share, synthesis_cfg, eval_cfg, levels):012x}"
             start_eval = f"{tag}-eval-start"
             evaluate_flow.with_options(task_runner=runner)(servers.config(start.path), start_eval)
             servers.check()
@@ -190,14 +194,21 @@ def run_ablation(cfg: CampflowConfig, start_model: str, k: int, seed: int) -> Ab
                     "nothing to target"
                 )
             held_out = store.probe_ids()
-            picked = {b: variant_instances(ws, b, k, variants, skip=held_out) for b in cfg.training.bootcamps}
-            uniform = {
+            picked = {
+                b: variant_instances(ws, b, round(share * k), variants, skip=held_out) for b in cfg.training.bootcamps
+            }
+            # arm A's rest, and arm B, uniform at the same levels from seeds of their own
+            mixed = {
                 b.name: train_instances(
-                    b, len(picked[b.name]), seed=_seed("uniform", tag, b.name), levels=levels[b.name]
+                    b, k - len(picked[b.name]), seed=_seed("uniform-a", tag, b.name), levels=levels[b.name]
                 )
                 for b in ws.bootcamps(cfg.training.bootcamps)
             }
-            a_ids = [i.id for v in picked.values() for _, i in v]
+            uniform = {
+                b.name: train_instances(b, k, seed=_seed("uniform", tag, b.name), levels=levels[b.name])
+                for b in ws.bootcamps(cfg.training.bootcamps)
+            }
+            a_ids = [i.id for v in picked.values() for _, i in v] + [i.id for v in mixed.values() for i in v]
             b_ids = [i.id for v in uniform.values() for i in v]
             for what, ids in (("arm A", a_ids), ("arm B", b_ids)):
                 assert_not_held_out(ids, store.eval_ids(), held_out, what=f"{what}'s teacher collection")
@@ -206,10 +217,15 @@ def run_ablation(cfg: CampflowConfig, start_model: str, k: int, seed: int) -> Ab
             for pairs in picked.values():
                 for vid, inst in pairs:
                     store.write_instances([inst], split="train", origin="synthesized", variant_id=vid)
-            for made in uniform.values():
+            for made in [*mixed.values(), *uniform.values()]:
                 store.write_instances(made, split="train")
             arms = {
-                "A": Arm("A", f"{tag}-collect-a", {b: len(v) for b, v in picked.items() if v}),
+                "A": Arm(
+                    "A",
+                    f"{tag}-collect-a",
+                    {b: len(picked[b]) + len(mixed[b]) for b in picked if picked[b] or mixed[b]},
+                    {b: len(v) for b, v in picked.items()},
+                ),
                 "B": Arm("B", f"{tag}-collect-b", {b: len(v) for b, v in uniform.items() if v}),
             }
             teacher = teacher_config(cfg, servers, start.path, "oracle")  # the grounded demonstrator
@@ -289,7 +305,8 @@ def report(store: Store, result: Ablation) -> None:
         f"rejected {s.get('rejected')}, already recorded {s.get('already_recorded')}; "
         f"targeted: {len(result.variants)} variants, {len(result.probes)} probes"
     )
-    for arm, label in ((a, "targeted variants"), (b, "uniform train instances")):
+    share = {bc: f"{n} targeted" for bc, n in a.targeted.items()}
+    for arm, label in ((a, f"targeted variants and uniform, {share}"), (b, "uniform train instances")):
         levels = {
             r["level"]: r["n"]
             for r in store.query(
@@ -363,6 +380,7 @@ def main() -> None:
     where.add_argument("--from-workspace", type=Path, default=None, help="start from its last completed cycle")
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "default.yaml")
     ap.add_argument("--k", type=int, default=None, help="train instances per bootcamp per arm (training.collect_n)")
+    ap.add_argument("--share", type=float, default=None, help="arm A's share of variant instances (synthesis.share)")
     ap.add_argument("--probes", type=int, default=8, help="held-out probes per accepted variant")
     ap.add_argument("--sft-steps", type=int, default=None, help="SFT steps of each arm (training.sft.max_steps)")
     ap.add_argument("--eval-n", type=int, default=None, help="eval instances per bootcamp")
@@ -376,6 +394,8 @@ def main() -> None:
         value = getattr(args, flag)
         if value is not None and value < 1:
             sys.exit(f"--{flag.replace('_', '-')} = {value}: expected a positive number")
+    if args.share is not None and not 0 < args.share <= 1:
+        sys.exit(f"--share = {args.share}: expected a fraction in (0, 1]")
     if args.from_workspace is not None and not (args.from_workspace / "campflow.duckdb").exists():
         sys.exit(f"--from-workspace {args.from_workspace}: no campflow.duckdb there (a workspace where improve ran)")
 
@@ -424,7 +444,8 @@ def main() -> None:
     cfg.eval.bootcamps = Workspace.from_config(cfg).names(cfg.eval.bootcamps)
     cfg.training.bootcamps = list(cfg.eval.bootcamps)  # train on what is evaluated, as improve does
     try:
-        result = run_ablation(cfg, start_model, args.k or cfg.training.collect_n, args.seed)
+        share = cfg.synthesis.share if args.share is None else args.share
+        result = run_ablation(cfg, start_model, args.k or cfg.training.collect_n, args.seed, share)
     except CampflowError as exc:
         sys.exit(f"bench_targeting: {exc}")
     print(f"\nworkspace {ws}; {time.perf_counter() - started:.0f} s in all")

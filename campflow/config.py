@@ -267,9 +267,21 @@ class RLConfig(Section):
     prompts_per_step: int = Field(4, ge=1, description="distinct prompts per step")
     learning_rate: float = Field(2e-5, gt=0, description="learning rate")
     beta: float = Field(0.0, ge=0, description="KL penalty against the starting model")
+    loss_type: str = Field(
+        "dapo",
+        description="TRL's GRPO loss normalization: dapo (per token over the batch), grpo (per rollout, then the mean), "
+        "dr_grpo, bnpo, ...; TRL validates the name",
+    )
     temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts")
-    max_completion_length: int = Field(384, ge=8, description="tokens the model may write per rollout, all turns")
-    max_tool_calling_iterations: int = Field(12, ge=1, description="tool rounds per rollout")
+    max_completion_length: int | None = Field(
+        None,
+        ge=8,
+        description="tokens per rollout after the prompt, the model's turns and tool results (TRL counts both); "
+        "null: twice the longest grounded demonstration of the prompts",
+    )
+    max_tool_calling_iterations: int | None = Field(
+        None, ge=1, description="tool rounds per rollout; null: the bootcamps' turn budget, as evaluation plays them"
+    )
     instances_per_bootcamp: int = Field(
         256,
         ge=1,

@@ -91,10 +91,14 @@ def test_two_processes_train_and_only_the_main_one_writes_the_store_and_checkpoi
 def test_grpos_scale_options_pass_from_the_config_to_trl_and_are_off_by_default(tmp_path: Path) -> None:
     from campflow.config import load_config
     from campflow.hardware import Capability, resolve_hardware
-    from campflow.training.rl import grpo_arguments
+    from campflow.training.rl import EpisodeLimits, grpo_arguments
 
     cpu = resolve_hardware("auto", "auto", Capability())
-    default = grpo_arguments(load_config(None, {}, env={}).training.rl, cpu, tmp_path)
+    defaults = load_config(None, {}, env={}).training.rl
+    with pytest.raises(ValueError, match="needs limits"):  # null limits are derived from the prompts in train_rl
+        grpo_arguments(defaults, cpu, tmp_path)
+    default = grpo_arguments(defaults, cpu, tmp_path, limits=EpisodeLimits(384, 12))
+    assert (default.max_completion_length, default.max_tool_calling_iterations) == (384, 12)
     assert (default.use_vllm, default.gradient_accumulation_steps) == (False, 1)
     assert default.per_device_train_batch_size == 8 * 4  # num_generations x prompts_per_step
     scale = load_config(Path(__file__).resolve().parent.parent / "configs" / "scale.yaml", env={}).training.rl
@@ -105,7 +109,7 @@ def test_grpos_scale_options_pass_from_the_config_to_trl_and_are_off_by_default(
             "vllm_gpu_memory_utilization": 0.5,
         }
     )
-    args = grpo_arguments(server, cpu, tmp_path, run_name="rl-abc")
+    args = grpo_arguments(server, cpu, tmp_path, limits=EpisodeLimits(384, 12), run_name="rl-abc")
     assert (args.use_vllm, args.vllm_mode, args.vllm_server_base_url) == (True, "server", "http://vllm-trl:8000")
     assert (args.vllm_gpu_memory_utilization, args.gradient_accumulation_steps) == (0.5, 2)
     assert (args.per_device_train_batch_size, args.num_generations, args.run_name) == (16, 8, "rl-abc")

@@ -213,7 +213,7 @@ def test_local_policy_generates_in_batches_and_its_calls_go_through_the_engine_p
 
 
 def test_sft_then_rl_record_the_lineage_base_sft_rl(small) -> None:
-    from campflow.training.rl import train_rl
+    from campflow.training.rl import rl_instances, train_rl
     from campflow.training.sft import train_sft
 
     cfg, store, base = small
@@ -238,6 +238,55 @@ def test_sft_then_rl_record_the_lineage_base_sft_rl(small) -> None:
     again = train_sft(store, cfg.workspace.path, base.model_id, build.dataset_id, sft_cfg)
     assert again.reused and again.checkpoint.model_id == sft.checkpoint.model_id
     assert rl.metrics["steps"] == 1
+    # tool rounds default to the bootcamps' turn budget, as evaluation plays them
+    prompts = rl_instances(store, ["calculator", "maze"], 2, rl_cfg.seed, [1])
+    assert rl.metrics["max_tool_calling_iterations"] == max(registry.make(i.bootcamp).max_turns(i) for i in prompts)
+    assert rl.metrics["max_completion_length"] == 48 and 0 <= rl.metrics["clipped_ratio"] <= 1
+
+
+def test_an_rl_episode_fits_the_bootcamps_turn_budget_and_twice_its_demonstration(small) -> None:
+    from transformers import AutoTokenizer
+
+    from campflow.training.rl import demonstration_tokens, episode_limits
+
+    cfg, _, base = small
+    tokenizer = AutoTokenizer.from_pretrained(base.path)
+    maze = registry.make("maze")
+    long = train_instances(maze, 3, levels=[2])
+    short = train_instances(registry.make("calculator"), 3, levels=[1])
+    demo = {i.id: demonstration_tokens(tokenizer, i, vision=False) for i in long + short}
+    # the level-2 maze's demonstrations, tool results included, run past the old fixed 256 tokens
+    assert max(demo[i.id] for i in long) > 256 > max(demo[i.id] for i in short) > 0
+    limits = episode_limits(cfg.training.rl, tokenizer, long + short, vision=False)
+    assert limits.tool_rounds == max(maze.max_turns(i) for i in long)
+    assert limits.completion_tokens % 64 == 0
+    assert 2 * max(demo.values()) <= limits.completion_tokens < 2 * max(demo.values()) + 64
+    fixed = cfg.training.rl.model_copy(update={"max_completion_length": 100, "max_tool_calling_iterations": 3})
+    assert episode_limits(fixed, tokenizer, long, vision=False) == type(limits)(100, 3)
+
+
+def test_what_the_model_writes_after_the_final_tool_is_masked_out_of_rl() -> None:
+    from campflow.training.rl import final_round, final_tools, mask_after_round
+
+    assert final_tools(["maze"]) == {"maze": {"submit"}}
+    call = {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "move"}}]}
+    messages = [
+        call,
+        {"role": "tool", "name": "move", "content": "You moved south to (3, 2)."},
+        call,
+        {"role": "tool", "name": "submit", "content": "Error: invalid arguments for submit: ..."},
+        call,
+        {"role": "tool", "name": "submit", "content": "Submitted at (1, 2)."},
+        call,
+        {"role": "tool", "name": "move", "content": "Error: the episode has already ended."},
+        {"role": "assistant", "content": "<tool_call>"},
+    ]
+    assert final_round(messages, {"submit"}) == 3  # the rejected submit did not end the episode
+    assert final_round(messages[:4], {"submit"}) is None
+    # rounds: model 1 1, tool 0 0, model 1, tool 0, model 1 1, tool 0 0 (submit's result), model 1, tool 0, model 1 1
+    mask = [1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 1, 0, 1, 1]
+    assert mask_after_round(mask, 3) == [1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0]
+    assert mask_after_round(mask, 9) == mask  # no such round: nothing masked
 
 
 def test_the_models_own_loss_equals_trls_fused_loss_on_the_same_batch(small, tmp_path) -> None:

@@ -11,6 +11,13 @@ images tool results return). TRL puts a tool's image inside its ``tool`` message
 engine (and so SFT data and evaluation) sends it in a user message after the tool result; RL and SFT
 render a tool's image in those two places.
 
+An episode in RL is the episode evaluation plays: TRL's ``max_tool_calling_iterations`` defaults to the
+largest turn budget of the prompts' bootcamps, and ``max_completion_length`` (which in TRL counts the
+tool results as well as the model's turns) to twice the longest grounded demonstration of a prompt,
+rendered through the model's template (:func:`episode_limits`). A fixed budget shorter than the
+episodes truncates them and scores them as failures: 256 tokens cut most level-2 maze episodes (~420
+tokens solved), and RL then learned nothing measurable.
+
 TRL's scale options pass through from ``training.rl`` (``use_vllm``, ``vllm_mode``, the per-device
 batch, gradient accumulation); TRL validates their combinations itself.
 """
@@ -22,6 +29,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +93,143 @@ def rl_rows(instances: list[Instance]) -> list[dict[str, Any]]:
     return rows
 
 
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """TRL's limits of one rollout: completion tokens (the model's turns and the tool results) and tool rounds."""
+
+    completion_tokens: int
+    tool_rounds: int
+
+
+def demonstration_tokens(processing: Any, instance: Instance, *, vision: bool) -> int:
+    """Tokens after the prompt of the grounded demonstrator's episode of ``instance``, rendered through
+    ``processing`` (a tokenizer, or a processor for a vision-language model) as TRL counts a completion:
+    the assistant turns and the tool results, images included."""
+    from campflow.agents.chat import template_messages
+    from campflow.agents.oracle import DemonstratorPolicy
+    from campflow.agents.vision import vision_conversation
+    from campflow.rollout.engine import EpisodeSpec, rollout
+
+    bootcamp = registry.make(instance.bootcamp)
+    episode = rollout([EpisodeSpec(bootcamp, instance)], DemonstratorPolicy(), concurrency=1)[0]
+    messages = vision_conversation(episode.transcript) if vision else template_messages(episode.transcript)
+    tools = bootcamp.tool_schemas(instance)
+
+    def length(conversation: list[dict[str, Any]], prompt: bool) -> int:
+        encoded = processing.apply_chat_template(
+            conversation, tools=tools, tokenize=True, return_dict=True, add_generation_prompt=prompt
+        )
+        ids = encoded["input_ids"]
+        return len(ids[0] if ids and isinstance(ids[0], list) else ids)
+
+    return length(messages, False) - length(messages[:2], True)
+
+
+def episode_limits(cfg: RLConfig, processing: Any, instances: Sequence[Instance], *, vision: bool) -> EpisodeLimits:
+    """``cfg``'s rollout limits, each null one derived from ``instances``: tool rounds = the largest turn
+    budget of their bootcamps (as evaluation plays them), completion tokens = twice the longest grounded
+    demonstration (room for the detours a sampling model takes), rounded up to a multiple of 64."""
+    rounds = cfg.max_tool_calling_iterations
+    if rounds is None:
+        rounds = max(registry.make(i.bootcamp).max_turns(i) for i in instances)
+    tokens = cfg.max_completion_length
+    if tokens is None:
+        longest = max(demonstration_tokens(processing, i, vision=vision) for i in instances)
+        tokens = -(-2 * longest // 64) * 64
+    return EpisodeLimits(tokens, rounds)
+
+
+def final_tools(bootcamps: Sequence[str]) -> dict[str | None, set[str]]:
+    """``{bootcamp: names of its final tools}``, the environments' names as TRL's rows give them."""
+    out: dict[str | None, set[str]] = {}
+    for name in bootcamps:
+        bootcamp = registry.make(name)
+        out[name] = {t.name for t in bootcamp.tools(bootcamp.generate(None, 0)) if t.final}
+    return out
+
+
+def final_round(messages: Sequence[dict[str, Any]], final_tools: set[str]) -> int | None:
+    """The tool round (1-based) whose results include a final tool's that ended the episode, or None.
+
+    ``messages``: one rollout's completion as TRL keeps it (assistant turns, each followed by its tool
+    results). A final tool that answered ``Error: ...`` (bad arguments) did not end the episode."""
+    rounds = 0
+    for message in messages:
+        if message.get("role") == "assistant":
+            rounds += 1
+        elif message.get("role") == "tool" and message.get("name") in final_tools:
+            content = message.get("content")
+            text = (
+                content
+                if isinstance(content, str)
+                else " ".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+            )
+            if not text.startswith("Error:"):
+                return rounds
+    return None
+
+
+def mask_after_round(mask: list[int], rounds: int) -> list[int]:
+    """``mask`` (TRL's tool mask of one completion: 1 for the model's tokens, 0 for tool results) with
+    every token after the ``rounds``-th tool result zeroed: what the model wrote after its episode ended."""
+    seen, inside = 0, False
+    for i, bit in enumerate(mask):
+        if bit == 0 and not inside:
+            inside = True
+        elif bit == 1 and inside:
+            inside = False
+            seen += 1
+            if seen == rounds:
+                return mask[:i] + [0] * (len(mask) - i)
+    return list(mask)
+
+
+def episode_trainer_class() -> type:
+    """TRL's ``GRPOTrainer`` whose rollouts end where evaluation's do, at the final tool.
+
+    TRL's tool loop goes on generating after a bootcamp's final tool (``submit``): the model calls
+    tools that answer "the episode has already ended" until it stops or runs out of rounds, and those
+    tokens would be trained with the episode's advantage though no evaluation ever plays them. They
+    are masked out of the loss here (TRL's tool mask), so RL learns from the episode evaluation scores."""
+    from trl import GRPOTrainer
+
+    class EpisodeGRPOTrainer(GRPOTrainer):
+        final_tools: dict[str | None, set[str]] = {}
+
+        def _tool_call_loop(self, prompts, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            out = super()._tool_call_loop(prompts, *args, **kwargs)
+            tool_mask, completions = out[0], out[1]
+            envs = getattr(self, "_batch_environments", None) or [None] * len(completions)
+            every = set().union(*self.final_tools.values()) if self.final_tools else set()
+            for i, messages in enumerate(completions):
+                ended = final_round(messages, self.final_tools.get(envs[i], every))
+                if ended is not None:
+                    tool_mask[i] = mask_after_round(tool_mask[i], ended)
+            return out
+
+    return EpisodeGRPOTrainer
+
+
 def grpo_arguments(
-    cfg: RLConfig, hardware: Hardware, output_dir: Path, *, report_to: Sequence[str] = (), run_name: str | None = None
+    cfg: RLConfig,
+    hardware: Hardware,
+    output_dir: Path,
+    *,
+    limits: EpisodeLimits | None = None,
+    report_to: Sequence[str] = (),
+    run_name: str | None = None,
 ) -> Any:
     """TRL's ``GRPOConfig`` as campflow trains with it: ``cfg``'s group, schedule and scale options
-    (vLLM, per-device batch, accumulation), ``hardware``'s device and precision, trackers ``report_to``."""
+    (vLLM, per-device batch, accumulation), ``hardware``'s device and precision, ``limits`` of a rollout
+    (None: ``cfg``'s, which must then be set), trackers ``report_to``."""
     from trl import GRPOConfig
+
+    if limits is None:
+        if cfg.max_completion_length is None or cfg.max_tool_calling_iterations is None:
+            raise ValueError(
+                "grpo_arguments needs limits when max_completion_length or max_tool_calling_iterations is null"
+            )
+        limits = EpisodeLimits(cfg.max_completion_length, cfg.max_tool_calling_iterations)
 
     return GRPOConfig(
         output_dir=str(output_dir),
@@ -99,10 +238,11 @@ def grpo_arguments(
         per_device_train_batch_size=cfg.per_device_batch_size or cfg.num_generations * cfg.prompts_per_step,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         num_generations=cfg.num_generations,
-        max_completion_length=cfg.max_completion_length,
-        max_tool_calling_iterations=cfg.max_tool_calling_iterations,
+        max_completion_length=limits.completion_tokens,
+        max_tool_calling_iterations=limits.tool_rounds,
         temperature=cfg.temperature,
         beta=cfg.beta,
+        loss_type=cfg.loss_type,
         logging_steps=1,
         save_strategy="no",
         use_vllm=cfg.use_vllm,
@@ -160,7 +300,6 @@ def train_rl(
 
     import datasets
     from transformers import AutoTokenizer
-    from trl import GRPOTrainer
 
     vision = is_vision_model(parent.path)
     if instances is None:  # vision bootcamps in the mode the model reads
@@ -178,15 +317,23 @@ def train_rl(
     if vision:
         processing.tokenizer.padding_side = "left"
     check_rl_template(processing, parent.path)
+    limits = episode_limits(cfg, processing, instances, vision=vision)
     start = starting_model(parent, cfg.lora, hardware)
     tuner = hardware.thread_tuner()
     final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main) as out:
         args = grpo_arguments(
-            cfg, hardware, trainer_dir(workspace, out, model_id, report_to), report_to=report_to, run_name=model_id
+            cfg,
+            hardware,
+            trainer_dir(workspace, out, model_id, report_to),
+            limits=limits,
+            report_to=report_to,
+            run_name=model_id,
         )
+        trainer_class = episode_trainer_class()
+        trainer_class.final_tools = final_tools(bootcamps)
         trainer = quiet(
-            GRPOTrainer(
+            trainer_class(
                 model=start.model,
                 args=args,
                 train_dataset=train,
@@ -202,6 +349,7 @@ def train_rl(
         trainer.save_model(str(out))  # every process: gathers sharded weights; only the main one writes
         history = trainer.state.log_history
         rewards = [(h["step"], h["reward"]) for h in history if "reward" in h]
+        clipped = [h["completions/clipped_ratio"] for h in history if "completions/clipped_ratio" in h]
         metrics = {
             "steps": trainer.state.global_step,
             "seconds": round(elapsed, 1),
@@ -209,6 +357,9 @@ def train_rl(
             "first_reward": rewards[0][1] if rewards else None,
             "last_reward": rewards[-1][1] if rewards else None,
             "instances": len(instances),
+            "max_completion_length": limits.completion_tokens,
+            "max_tool_calling_iterations": limits.tool_rounds,
+            "clipped_ratio": round(sum(clipped) / len(clipped), 4) if clipped else None,
             "device": hardware.kind,
             "precision": hardware.precision,
             **(tuner.summary() if tuner is not None else {}),
