@@ -11,7 +11,7 @@ error; the RL line says whether RL beat SFT on the held-out band by more than tw
 Goals (issue 15): base ~0 -> SFT >= 80% on level 1 of both bootcamps -> RL above SFT on the band.
 
 Run: python benchmarks/bench_miniature.py [--workspace DIR] [--collect-n 1500] [--sft-steps N]
-     [--rl-steps 30] [--rl-lr LR] [--eval-n 40] [--levels 1 2]
+     [--rl-steps 30] [--rl-lr LR] [--rl-instances N] [--eval-n 40] [--levels 1 2]
 (SFT settings default to configs/default.yaml's; ~15-25 minutes on 2 idle cores)
 """
 
@@ -38,6 +38,9 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=None)
     ap.add_argument("--rl-steps", type=int, default=30)
     ap.add_argument("--rl-lr", type=float, default=None, help="GRPO learning rate (default: the config's)")
+    ap.add_argument(
+        "--rl-instances", type=int, default=None, help="train instances per bootcamp calibrated for the band (config's)"
+    )
     ap.add_argument("--eval-n", type=int, default=40, help="eval instances per bootcamp (split over the levels)")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
@@ -75,6 +78,8 @@ def main() -> None:
         overrides["training.sft.max_steps"] = args.sft_steps
     if args.rl_lr is not None:
         overrides["training.rl.learning_rate"] = args.rl_lr
+    if args.rl_instances is not None:
+        overrides["training.rl.instances_per_bootcamp"] = args.rl_instances
     cfg = load_config(args.config, overrides, env={})
     cfg.training.bootcamps = list(cfg.eval.bootcamps)
     store = Workspace.from_config(cfg).store

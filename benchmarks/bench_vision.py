@@ -9,6 +9,7 @@ every stage.
 
 Run: python benchmarks/bench_vision.py [--workspace DIR] [--modes image,text] [--sft-steps 400] [--eval-n 40]
      [--read-steps N] (the base's reading pretraining, campflow/training/reading.py; default off)
+     [--max-image-pixels N] (image tokens per frame: N / 1024 at 16-pixel patches merged 2x2)
 (measured once with the defaults on the shared 2-core CPU: image 0% -> 0%, SFT 62 min; text 0% -> 50%,
 SFT 32 min: the model learns the format and the moves, but at this size and budget not to read its and
 the goal's positions from the image)
@@ -37,6 +38,9 @@ def main() -> None:
     ap.add_argument("--sft-lr", type=float, default=2e-3)
     ap.add_argument("--eval-n", type=int, default=40, help="eval-split instances of gridworld level 1")
     ap.add_argument("--read-steps", type=int, default=None, help="reading pretraining steps of the base (config's: 0)")
+    ap.add_argument(
+        "--max-image-pixels", type=int, default=None, help="the tiny VLM's image budget (config's: 36864, 192x192)"
+    )
     args = ap.parse_args()
 
     import warnings
@@ -92,6 +96,11 @@ def main() -> None:
                 "policy.max_tokens": 48,
                 "policy.batch_size": 32,
                 **({"training.tiny_vl.read.steps": args.read_steps} if args.read_steps is not None else {}),
+                **(
+                    {"training.tiny_vl.max_image_pixels": args.max_image_pixels}
+                    if args.max_image_pixels is not None
+                    else {}
+                ),
             },
             env={},
         )

@@ -16,7 +16,11 @@ largest turn budget of the prompts' bootcamps, and ``max_completion_length`` (wh
 tool results as well as the model's turns) to twice the longest grounded demonstration of a prompt,
 rendered through the model's template (:func:`episode_limits`). A fixed budget shorter than the
 episodes truncates them and scores them as failures: 256 tokens cut most level-2 maze episodes (~420
-tokens solved), and RL then learned nothing measurable.
+tokens solved), and RL then learned nothing measurable. TRL's loop also goes on generating after the
+final tool; those tokens are masked out of the loss (:func:`episode_trainer_class`). Measured from one
+SFT checkpoint on 35 band prompts, 60 steps at lr 1e-4: unmasked, the training reward fell (0.55 ->
+0.44 by sixths of the run); masked, it rose (0.50 -> 0.66), and on those prompts, replayed through
+campflow's own engine, the pass rate rose 44.3% -> 56.4%.
 
 TRL's scale options pass through from ``training.rl`` (``use_vllm``, ``vllm_mode``, the per-device
 batch, gradient accumulation); TRL validates their combinations itself.
@@ -192,6 +196,9 @@ def episode_trainer_class() -> type:
     tokens would be trained with the episode's advantage though no evaluation ever plays them. They
     are masked out of the loss here (TRL's tool mask), so RL learns from the episode evaluation scores."""
     from trl import GRPOTrainer
+
+    if not callable(getattr(GRPOTrainer, "_tool_call_loop", None)):  # TRL's private hook moved: say so, never skip it
+        raise RuntimeError("this TRL's GRPOTrainer has no _tool_call_loop; campflow's RL needs TRL 1.16's tool loop")
 
     class EpisodeGRPOTrainer(GRPOTrainer):
         final_tools: dict[str | None, set[str]] = {}
