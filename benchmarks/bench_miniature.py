@@ -133,15 +133,22 @@ def main() -> None:
                 )
             with stage("RL effect"):
                 n = len(found.holdout) * cfg.training.rl.band_samples
-                p_sft = band.measure(cfg, runner, sft.checkpoint.path, "miniature-band-sft", found.holdout)
-                p_rl = band.measure(cfg, runner, rl.checkpoint.path, "miniature-band-rl", found.holdout)
+                # run ids name the model and the held-out set: a rerun resumes only the same measurement
+                held = f"{len(found.holdout)}of{found.run_id}"
+                p_sft = band.measure(
+                    cfg, runner, sft.checkpoint.path, f"band-{sft.checkpoint.model_id}-{held}", found.holdout
+                )
+                p_rl = band.measure(
+                    cfg, runner, rl.checkpoint.path, f"band-{rl.checkpoint.model_id}-{held}", found.holdout
+                )
             se = (binomial_se(p_sft, n) ** 2 + binomial_se(p_rl, n) ** 2) ** 0.5
             rl_line = (
                 f"RL on the held-out band ({len(found.holdout)} instances x {cfg.training.rl.band_samples} samples; "
                 f"band {len(found.prompts) + len(found.holdout)} of {found.calibrated}): SFT {p_sft:.1%} -> "
                 f"RL {p_rl:.1%} ({100 * (p_rl - p_sft):+.1f} ± {100 * se:.1f} points; "
                 f"beyond 2 SE: {'yes' if p_rl - p_sft > 2 * se else 'no'}); "
-                f"reward {rl.metrics.get('first_reward')} -> {rl.metrics.get('last_reward')} in {rl.metrics.get('steps')} steps"
+                f"training reward, first -> last fifth of the steps: {_fifths(rl.metrics.get('reward_curve') or [])} "
+                f"in {rl.metrics.get('steps')} steps"
             )
     total = time.perf_counter() - started
 
@@ -158,6 +165,13 @@ def main() -> None:
         + f" -> {'yes' if level1 and min(level1.values()) >= 0.8 else 'no'}"
     )
     print(f"RATIO miniature wall time {total / 60:.1f} min")
+
+
+def _fifths(curve: list) -> str:
+    """The mean reward of the first and of the last fifth of a reward curve ``[(step, reward), ...]``."""
+    rewards = [r for _, r in curve]
+    k = max(1, len(rewards) // 5)
+    return f"{sum(rewards[:k]) / k:.3f} -> {sum(rewards[-k:]) / k:.3f}" if rewards else "-"
 
 
 if __name__ == "__main__":

@@ -213,6 +213,15 @@ def test_the_store_holds_no_lock_between_batches(store) -> None:
     con.close()
 
 
+def test_a_run_resumes_only_with_the_model_it_was_recorded_for(store) -> None:
+    assert store.start_run("measure", "calibrate", {}, "rl-aaa") is True
+    assert store.start_run("measure", "calibrate", {}, "rl-aaa") is False  # the same model resumes
+    with pytest.raises(StoreError, match="recorded for model rl-aaa, not rl-bbb: resuming it would mix"):
+        store.start_run("measure", "calibrate", {}, "rl-bbb")
+    with pytest.raises(StoreError, match="already belongs to a calibrate run, not evaluate"):
+        store.start_run("measure", "evaluate", {}, "rl-aaa")
+
+
 def test_instances_record_their_split_and_are_written_once(store) -> None:
     calc = registry.make("calculator")
     instances = eval_instances(calc, 12)

@@ -171,15 +171,24 @@ class Store:
     def start_run(self, run_id: str, kind: str, config: Mapping[str, Any], model_id: str | None) -> bool:
         """Record a run as running; True if it is new, False if an earlier run with this id resumes.
 
+        A run resumes only with the model it was recorded for: its finished episodes are kept and not
+        played again, so resuming with another model would mix two models' episodes in one run.
+
         Raises:
             ConfigError: ``run_id`` is not a valid id (:mod:`campflow.storage.names`).
+            StoreError: the id belongs to a run of another kind or of another model.
         """
         check_run_id(run_id)
         with self.connection() as con:
-            existing = con.execute("SELECT kind FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            existing = con.execute("SELECT kind, model_id FROM runs WHERE run_id = ?", [run_id]).fetchone()
             if existing is not None:
                 if existing[0] != kind:
                     raise StoreError(f"run id {run_id!r} already belongs to a {existing[0]} run, not {kind}")
+                if existing[1] is not None and model_id is not None and existing[1] != model_id:
+                    raise StoreError(
+                        f"run id {run_id!r} was recorded for model {existing[1]}, not {model_id}: resuming it "
+                        "would mix the two models' episodes; give the run another id"
+                    )
                 con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?", [run_id])
                 return False
             con.execute(
