@@ -44,6 +44,12 @@ def main() -> None:
     ap.add_argument("--eval-n", type=int, default=40, help="eval instances per bootcamp (split over the levels)")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
+    for flag in ("collect_n", "sft_steps", "rl_instances", "eval_n"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SystemExit(f"--{flag.replace('_', '-')} = {value}: expected a positive number")
+    if args.rl_steps < 0 or (args.rl_lr is not None and args.rl_lr <= 0):
+        raise SystemExit(f"--rl-steps {args.rl_steps} / --rl-lr {args.rl_lr}: expected steps >= 0 and a positive rate")
 
     import warnings
 
