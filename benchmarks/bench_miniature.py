@@ -11,7 +11,7 @@ error; the RL line says whether RL beat SFT on the held-out band by more than tw
 Goals (issue 15): base ~0 -> SFT >= 80% on level 1 of both bootcamps -> RL above SFT on the band.
 
 Run: python benchmarks/bench_miniature.py [--workspace DIR] [--collect-n 1500] [--sft-steps N]
-     [--rl-steps 30] [--rl-lr LR] [--rl-instances N] [--eval-n 40] [--levels 1 2]
+     [--rl-steps 30] [--rl-lr LR] [--rl-instances N] [--band-holdout F] [--eval-n 40] [--levels 1 2]
 (SFT settings default to configs/default.yaml's; ~15-25 minutes on 2 idle cores)
 """
 
@@ -41,6 +41,9 @@ def main() -> None:
     ap.add_argument(
         "--rl-instances", type=int, default=None, help="train instances per bootcamp calibrated for the band (config's)"
     )
+    ap.add_argument(
+        "--band-holdout", type=float, default=None, help="share of the band held out of RL to measure it on (config's)"
+    )
     ap.add_argument("--eval-n", type=int, default=40, help="eval instances per bootcamp (split over the levels)")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
@@ -48,6 +51,8 @@ def main() -> None:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise SystemExit(f"--{flag.replace('_', '-')} = {value}: expected a positive number")
+    if args.band_holdout is not None and not 0 < args.band_holdout < 1:
+        raise SystemExit(f"--band-holdout = {args.band_holdout}: expected a share strictly between 0 and 1")
     if args.rl_steps < 0 or (args.rl_lr is not None and args.rl_lr <= 0):
         raise SystemExit(f"--rl-steps {args.rl_steps} / --rl-lr {args.rl_lr}: expected steps >= 0 and a positive rate")
 
@@ -63,7 +68,7 @@ def main() -> None:
     from campflow.flows.collect import collect, recorded_instances
     from campflow.flows.evaluate import evaluate
     from campflow.flows.runners import task_runner
-    from campflow.storage.promotion import binomial_se, compare
+    from campflow.storage.promotion import binomial_se, compare, paired
     from campflow.storage.workspace import Workspace
     from campflow.training.base import ensure_base
     from campflow.training.filtering import build_sft_dataset
@@ -86,6 +91,8 @@ def main() -> None:
         overrides["training.rl.learning_rate"] = args.rl_lr
     if args.rl_instances is not None:
         overrides["training.rl.instances_per_bootcamp"] = args.rl_instances
+    if args.band_holdout is not None:
+        overrides["training.rl.band_holdout"] = args.band_holdout
     cfg = load_config(args.config, overrides, env={})
     cfg.training.bootcamps = list(cfg.eval.bootcamps)
     store = Workspace.from_config(cfg).store
@@ -141,18 +148,18 @@ def main() -> None:
                 n = len(found.holdout) * cfg.training.rl.band_samples
                 # run ids name the model and the held-out set: a rerun resumes only the same measurement
                 held = f"{len(found.holdout)}of{found.run_id}"
-                p_sft = band.measure(
-                    cfg, runner, sft.checkpoint.path, f"band-{sft.checkpoint.model_id}-{held}", found.holdout
-                )
-                p_rl = band.measure(
-                    cfg, runner, rl.checkpoint.path, f"band-{rl.checkpoint.model_id}-{held}", found.holdout
-                )
+                sft_band, rl_band = f"band-{sft.checkpoint.model_id}-{held}", f"band-{rl.checkpoint.model_id}-{held}"
+                p_sft = band.measure(cfg, runner, sft.checkpoint.path, sft_band, found.holdout)
+                p_rl = band.measure(cfg, runner, rl.checkpoint.path, rl_band, found.holdout)
+            # the judge is the independent binomial SE: for the same instances it is the larger of the two
             se = (binomial_se(p_sft, n) ** 2 + binomial_se(p_rl, n) ** 2) ** 0.5
+            pairs = paired(store, rl_band, sft_band)
             rl_line = (
                 f"RL on the held-out band ({len(found.holdout)} instances x {cfg.training.rl.band_samples} samples; "
                 f"band {len(found.prompts) + len(found.holdout)} of {found.calibrated}): SFT {p_sft:.1%} -> "
                 f"RL {p_rl:.1%} ({100 * (p_rl - p_sft):+.1f} ± {100 * se:.1f} points; "
-                f"beyond 2 SE: {'yes' if p_rl - p_sft > 2 * se else 'no'}); "
+                f"beyond 2 SE: {'yes' if p_rl - p_sft > 2 * se else 'no'}; paired by instance and sample: "
+                f"{100 * pairs.delta:+.1f} ± {100 * pairs.se:.1f}, RL alone passes {pairs.a_only}, SFT alone {pairs.b_only}); "
                 f"training reward, first -> last fifth of the steps: {_fifths(rl.metrics.get('reward_curve') or [])} "
                 f"in {rl.metrics.get('steps')} steps"
             )
