@@ -181,11 +181,6 @@ class TinyVisionModelConfig(Section):
     vision_intermediate_size: int = Field(256, ge=16, le=16_384, description="vision tower MLP width")
     vision_layers: int = Field(2, ge=1, le=64, description="vision tower layers")
     vision_heads: int = Field(4, ge=1, le=64, description="vision tower attention heads")
-    vision_positions: Literal["sincos", "normal"] = Field(
-        "sincos",
-        description="the vision tower's initial position table: sincos (2D sine-cosine at the patch features' "
-        "scale: a frame's positions are readable from the start) or normal (transformers' N(0, 0.02), 50x weaker)",
-    )
     patch_size: int = Field(16, ge=4, le=64, description="pixels per side of a vision patch")
     max_image_pixels: int = Field(
         192 * 192,

@@ -88,33 +88,6 @@ def test_the_tiny_vlm_builds_offline_deterministically_for_a_seed(vl, tmp_path) 
     assert build_tiny_vlm(tmp_path / "other", other, ["gridworld"]).fingerprint != first.fingerprint
 
 
-def test_the_vision_tower_starts_with_sine_cosine_positions_as_strong_as_its_patches(vl, tmp_path) -> None:
-    import torch
-    from transformers import Qwen3VLForConditionalGeneration
-
-    from campflow.training.tinyvlm import build_tiny_vlm, sincos_positions
-
-    cfg, _, _ = vl
-    untrained = {"corpus_per_level": 1, "pretrain": {"steps": 0}, "read": {"steps": 0}}
-
-    def position_table(vision_positions: str):  # noqa: ANN202
-        small = cfg.training.tiny_vl.model_validate(
-            cfg.training.tiny_vl.model_dump() | untrained | {"vision_positions": vision_positions}
-        )
-        built = build_tiny_vlm(tmp_path / vision_positions, small, ["gridworld"])
-        visual = Qwen3VLForConditionalGeneration.from_pretrained(built.path).model.visual
-        pixels = torch.randn(64, visual.patch_embed.proj.weight[0].numel())
-        return visual.pos_embed.weight.detach(), visual.patch_embed(pixels).detach().pow(2).mean().sqrt()
-
-    table, patch_scale = position_table("sincos")
-    side = int(table.shape[0] ** 0.5)
-    assert torch.equal(table, sincos_positions(side, table.shape[1]))  # saved with the weights, reloaded as built
-    assert len({tuple(row.tolist()) for row in table}) == side * side  # every patch place has its own vector
-    assert table.pow(2).mean().sqrt() > patch_scale / 3  # a place is about as loud as what lies there
-    table, patch_scale = position_table("normal")
-    assert table.std() < patch_scale / 20  # transformers' own initialization, kept on request
-
-
 @pytest.mark.parametrize("name", VISION)
 def test_a_prompt_renders_one_image_token_group_per_image_with_the_grids_tokens(vl, name: str) -> None:
     _, _, base = vl

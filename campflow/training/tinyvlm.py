@@ -47,26 +47,6 @@ def _mrope_section(head_dim: int) -> list[int]:
     return [t, half * 5 // 16, half * 5 // 16]
 
 
-def sincos_positions(side: int, dim: int, base: float = 100.0) -> Any:
-    """A ``side`` x ``side`` grid of 2D sine-cosine position vectors (rows first, as the vision tower's
-    position table is laid out): half of ``dim`` encodes the row, half the column, each as sines and
-    cosines of ``dim // 4`` frequencies from 1 down to ``1 / base`` per grid step; unit scale."""
-    import torch
-
-    if dim % 4:
-        raise ValueError(f"vision_hidden_size {dim}: expected a multiple of 4 for sine-cosine positions")
-    freqs = base ** (-torch.arange(dim // 4, dtype=torch.float64) / (dim // 4))
-    rows, cols = torch.meshgrid(
-        torch.arange(side, dtype=torch.float64), torch.arange(side, dtype=torch.float64), indexing="ij"
-    )
-
-    def encode(coordinate: Any) -> Any:
-        angles = coordinate.reshape(-1, 1) * freqs
-        return torch.cat([angles.sin(), angles.cos()], dim=1)
-
-    return torch.cat([encode(rows), encode(cols)], dim=1).float()
-
-
 def build_processor(texts: Sequence[str], cfg: TinyVisionModelConfig):  # noqa: ANN201
     """The tokenizer trained on ``texts`` with the vision tokens, and the processor around it."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -179,15 +159,6 @@ def build_tiny_vlm(
     )
     torch.manual_seed(cfg.seed)
     model = Qwen3VLForConditionalGeneration(config)
-    if cfg.vision_positions == "sincos":
-        # transformers draws the position table from N(0, 0.02) while a patch's pixels embed at ~1: where
-        # the agent stands is then ~50x fainter than what it looks like, and reading positions from a
-        # frame took ~1,500 steps to learn and failed in SFT's budget (README, Vision). A fixed-scale
-        # 2D sine-cosine table (as MAE's ViT) makes every patch's place part of its features from step 0.
-        table = model.model.visual.pos_embed
-        side = int(table.num_embeddings**0.5)
-        with torch.no_grad():
-            table.weight.copy_(sincos_positions(side, table.embedding_dim))
     pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed, hardware)  # the language model, text only
     pretraining |= read_pretrain(model, processor, cfg.read, bootcamps, cfg.seed, hardware)
     if hardware.dtype != "float32":
