@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--sft-lr", type=float, default=2e-3)
     ap.add_argument("--eval-n", type=int, default=40, help="eval-split instances of gridworld level 1")
     ap.add_argument("--read-steps", type=int, default=None, help="reading pretraining steps of the base (config's: 0)")
+    ap.add_argument("--read-instances", type=int, default=None, help="train instances it reads (config's: 200)")
     ap.add_argument(
         "--max-image-pixels", type=int, default=None, help="the tiny VLM's image budget (config's: 36864, 192x192)"
     )
@@ -63,6 +64,7 @@ def main() -> None:
 
     root = args.workspace or Path(tempfile.mkdtemp(prefix="bench-vision-"))
     results: dict[str, dict[str, float]] = {}
+    reading_exact: float | None = None
     times: dict[str, float] = {}
 
     def timed(name: str, fn, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
@@ -96,6 +98,8 @@ def main() -> None:
                 "policy.max_tokens": 48,
                 "policy.batch_size": 32,
                 **({"training.tiny_vl.read.steps": args.read_steps} if args.read_steps is not None else {}),
+                **({"training.tiny_vl.read.instances": args.read_instances} if args.read_instances else {}),
+                "training.tiny_vl.read.levels": [1],  # the frames the benchmark trains and evaluates on
                 **(
                     {"training.tiny_vl.max_image_pixels": args.max_image_pixels}
                     if args.max_image_pixels is not None
@@ -114,6 +118,10 @@ def main() -> None:
             return float(value or 0.0)
 
         base = timed(f"{mode}: build base", ensure_vision_base, store, cfg)
+        if mode == "image" and cfg.training.tiny_vl.read.steps:
+            read = timed(f"{mode}: base reads held-out frames", reading_check, base.path, cfg.training.tiny_vl.seed)
+            print(f"   the base writes what {read:.1%} of 100 held-out frames show exactly", flush=True)
+            reading_exact = read
         before = timed(f"{mode}: evaluate base", pass_rate, base.path, f"{mode}-base")
         teacher_cfg = cfg.model_copy(deep=True)
         teacher_cfg.policy.kind = "demonstrator"
@@ -146,9 +154,22 @@ def main() -> None:
             f"{mode:6s} {r['base']:6.1%} {r['sft']:6.1%} {r['rows']:5.0f} "
             f"{r['first_loss']:6.3f}->{r['final_loss']:5.3f} {r['sft_seconds']:6.0f} {r['tokens_per_second']:6.0f}"
         )
+    if reading_exact is not None:
+        print(f"reading pretraining: the base writes what {reading_exact:.1%} of 100 held-out frames show exactly")
     print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
     for mode, r in results.items():
         print(f"RATIO vision-{mode}: gridworld L1 success base {r['base']:.1%} -> SFT {r['sft']:.1%}")
+
+
+def reading_check(path: Path, seed: int) -> float:
+    """How many of 100 reading rows of train seeds the base never read (another seed) it writes exactly."""
+    from transformers import AutoModelForImageTextToText
+
+    from campflow.agents.vision import load_processor
+    from campflow.training.reading import reading_accuracy, reading_rows
+
+    rows = reading_rows(["gridworld"], 100, seed + 1, levels=[1])
+    return reading_accuracy(AutoModelForImageTextToText.from_pretrained(path), load_processor(path), rows)
 
 
 if __name__ == "__main__":

@@ -141,6 +141,9 @@ class ReadingPretrainingConfig(Section):
     batch_size: int = Field(8, ge=1, le=4096, description="examples per step")
     instances: int = Field(200, ge=1, le=1_000_000, description="train-split instances per vision bootcamp")
     learning_rate: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate after 20 warmup steps")
+    levels: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="levels the frames come from (those a bootcamp has); null: every level"
+    )
 
 
 class TinyModelConfig(Section):

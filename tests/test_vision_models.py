@@ -404,14 +404,61 @@ def test_a_vlms_text_mode_rows_train_on_exactly_the_prompts_it_is_given(vl) -> N
                 assert trained[: len(asked)] == asked
 
 
-def test_reading_rows_pair_each_frame_with_the_same_tasks_text_view() -> None:
+def _walks(name: str, instance) -> list[tuple[bytes, str]]:  # noqa: ANN001
+    """(frame, answer) of ``instance`` after 0, 1, ... of the oracle's actions, as reading rows show them."""
+    import dataclasses
+
+    from campflow.agents.vision import png_bytes
+    from campflow.bootcamps.splits import level_params
+    from campflow.training.reading import MAX_WALK, _view
+
+    bootcamp = registry.make(name)
+    twin = dataclasses.replace(instance, params=level_params(bootcamp, instance.level, "text"))
+    state, twin_state = bootcamp.new_state(instance), bootcamp.new_state(twin)
+    prompt = next(m for m in bootcamp.prompt(instance) if m["role"] == "user")["content"]
+    frame = png_bytes(next(p["image_url"]["url"] for p in prompt if p["type"] == "image_url"))
+    view = _view(next(m for m in bootcamp.prompt(twin) if m["role"] == "user")["content"])
+    out = [(frame, bootcamp.caption(instance, state) or view)]
+    for _ in range(MAX_WALK):
+        action = bootcamp.oracle(instance, state)
+        if bootcamp.is_final(action.name):
+            break
+        frame = bootcamp.apply(instance, state, action).image or frame
+        view = _view(bootcamp.apply(twin, twin_state, action).text)
+        out.append((frame, bootcamp.caption(instance, state) or view))
+    return out
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_reading_rows_pair_a_frame_along_the_oracles_path_with_what_it_shows(name: str) -> None:
+    from PIL import Image
+
     from campflow.training.reading import reading_rows
 
-    rows = reading_rows(["gridworld", "calculator"], 3, seed=0)
-    assert len(rows) == 3  # calculator has no image mode
-    for row, instance in zip(rows, train_instances(registry.make("gridworld"), 3, seed=0, observation="image")):
-        x, y = instance.data["start"]
-        lines = row["messages"][1]["content"].splitlines()
-        assert lines[0] == "Map:" and lines[y + 2][x + 3] == "@", lines  # after the header and the row label
+    rows = reading_rows([name, "calculator"], 12, seed=0)
+    assert len(rows) == 12  # calculator has no image mode
+    steps = []
+    for row, instance in zip(rows, train_instances(registry.make(name), 12, seed=0, observation="image")):
         assert [p["type"] for p in row["messages"][0]["content"]] == ["text", "image"]
         assert len(row["images"]) == 1 and row["images"][0].size == tuple(instance.data["image_size"])
+        shown = [
+            k
+            for k, (frame, answer) in enumerate(_walks(name, instance))
+            if row["messages"][1]["content"] == answer
+            and list(Image.open(io.BytesIO(frame)).convert("RGB").getdata()) == list(row["images"][0].getdata())
+        ]
+        assert shown, "the answer is what the frame shows, some oracle steps in"
+        steps.append(shown[0])
+    if name == "gridworld":  # its oracle moves the agent: frames come from along the walk, not only the prompt's
+        assert len(set(steps)) > 3, steps
+
+
+def test_a_gridworld_caption_names_where_the_agent_and_the_goal_stand() -> None:
+    gridworld = registry.make("gridworld")
+    for instance in train_instances(gridworld, 8, seed=0, levels=[1, 2]):
+        state = gridworld.new_state(instance)
+        (x, y), (gx, gy) = instance.data["start"], instance.data["goal"]
+        caption = gridworld.caption(instance, state)
+        assert caption.startswith(f"You ({x}, {y}). Goal ({gx}, {gy}). Walls ")
+        if instance.data["doors"]:
+            assert " locked" in caption and "Keys " in caption

@@ -320,6 +320,19 @@ class Bootcamp(Generic[P, S]):
         """
         raise NotImplementedError(f"{type(self).__name__} must implement prompt()")
 
+    def caption(self, instance: Instance[P], state: S) -> str | None:
+        """What a vision bootcamp's frame of ``state`` shows that an agent must read, as one short text.
+
+        It is the answer a vision model's reading pretraining learns to write for the frame
+        (:mod:`campflow.training.reading`); it never reaches an episode. Name what a move depends on
+        (where things stand, what they hold) in a form whose every token counts; a whole text view
+        spends most of its tokens on what every frame shares.
+
+        Returns:
+            The caption, or None (the default) to use the text observation mode's view of the state.
+        """
+        return None
+
     def chat(self, user: str | list[dict[str, Any]], system: str | None = None) -> list[dict[str, Any]]:
         """``[system, user]`` messages.
 

@@ -27,6 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+# most oracle actions played before a frame is read: a level-1 gridworld is solved in ~4-8 moves
+MAX_WALK = 8
+
 if TYPE_CHECKING:
     from campflow.threads import ThreadTuner
 
@@ -52,13 +55,22 @@ class ReadingPretraining:
         }
 
 
-def reading_rows(bootcamps: Sequence[str], per_bootcamp: int, seed: int) -> list[dict[str, Any]]:
-    """SFT-style rows (``messages`` with image placeholders, ``images``) that ask for the text view of an
-    image-mode prompt, ``per_bootcamp`` train instances of each bootcamp in ``bootcamps`` that has an
-    image and a text mode (the others are skipped), levels cycled."""
+def reading_rows(
+    bootcamps: Sequence[str], per_bootcamp: int, seed: int, levels: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
+    """SFT-style rows (``messages`` with image placeholders, ``images``) that ask what an image-mode frame
+    shows, ``per_bootcamp`` train instances of each bootcamp in ``bootcamps`` that has an image and a
+    text mode (the others are skipped), cycling over ``levels`` (those a bootcamp has; None or none of
+    them: all of its levels).
+
+    Each row's frame is the instance's state after a random number (0 to :data:`MAX_WALK`) of the
+    oracle's actions, so where things stand varies from row to row; the answer is the bootcamp's
+    :meth:`~campflow.bootcamps.base.Bootcamp.caption` of that state, or else the same task's text-mode
+    view after the same actions. The frame is shown under the prompt's caption."""
     from campflow.agents.chat import template_messages
     from campflow.agents.vision import image_urls, pil_image
     from campflow.bootcamps import registry
+    from campflow.bootcamps.messages import image_parts
     from campflow.bootcamps.splits import OBSERVATION, level_params, train_instances
 
     rows = []
@@ -66,12 +78,23 @@ def reading_rows(bootcamps: Sequence[str], per_bootcamp: int, seed: int) -> list
         bootcamp = registry.make(name)
         if not any(OBSERVATION in type(p).model_fields for p in bootcamp.levels.values()):
             continue
-        for image_mode in train_instances(bootcamp, per_bootcamp, seed=seed, observation="image"):
+        chosen = [level for level in levels or () if level in bootcamp.levels] or None
+        for image_mode in train_instances(bootcamp, per_bootcamp, seed=seed, levels=chosen, observation="image"):
             # the same task (its data) rendered in text mode: what a text-only model reads instead
             text_mode = dataclasses.replace(image_mode, params=level_params(bootcamp, image_mode.level, "text"))
             shown = _user(bootcamp.prompt(image_mode))
-            view = _user(bootcamp.prompt(text_mode))["content"]
-            answer = view.split("\n\n", 1)[1] if "\n\n" in view else view  # the view without its caption
+            caption = next(p["text"] for p in shown["content"] if p.get("type") == "text")
+            frame, view = None, _view(_user(bootcamp.prompt(text_mode))["content"])
+            state, twin = bootcamp.new_state(image_mode), bootcamp.new_state(text_mode)
+            for _ in range(random.Random(f"read:{seed}:{image_mode.id}").randint(0, MAX_WALK)):
+                action = bootcamp.oracle(image_mode, state)
+                if bootcamp.is_final(action.name):
+                    break
+                seen = bootcamp.apply(image_mode, state, action)
+                frame, view = seen.image or frame, _view(bootcamp.apply(text_mode, twin, action).text)
+            if frame is not None:
+                shown = {"role": "user", "content": image_parts(caption, frame)}
+            answer = bootcamp.caption(image_mode, state) or view
             conversation = [shown, {"role": "assistant", "content": answer}]
             rows.append(
                 {
@@ -80,6 +103,11 @@ def reading_rows(bootcamps: Sequence[str], per_bootcamp: int, seed: int) -> list
                 }
             )
     return rows
+
+
+def _view(text: str) -> str:
+    """A text-mode observation without its caption: the view alone."""
+    return text.split("\n\n", 1)[1] if "\n\n" in text else text
 
 
 def _user(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -111,3 +139,24 @@ def pretrain_reading(
     batches = (collate([rows[rng.randrange(len(rows))] for _ in range(batch)]) for _ in range(steps))
     first, final, seconds = train_steps(model, batches, learning_rate=learning_rate, tuner=tuner)
     return ReadingPretraining(steps, len(rows), first, final, seconds)
+
+
+def reading_accuracy(model: Any, processor: Any, rows: Sequence[dict[str, Any]], batch: int = 16) -> float:
+    """The share of ``rows`` (:func:`reading_rows`) whose whole answer is ``model``'s most likely next token at
+    every answer position given the ones before: exactly what greedy decoding would write."""
+    import torch
+    from trl.chat_template_utils import get_training_chat_template
+
+    from campflow.training.vision_sft import VisionToolsCollator
+
+    collate = VisionToolsCollator(processor, get_training_chat_template(processor) or processor.chat_template)
+    right = 0
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(rows), batch):
+            inputs = collate(list(rows[start : start + batch]))
+            labels = inputs.pop("labels")[:, 1:]
+            guess = model(**inputs).logits[:, :-1].argmax(-1)
+            scored = labels != -100
+            right += sum(bool((guess[r][scored[r]] == labels[r][scored[r]]).all()) for r in range(len(labels)))
+    return right / len(rows) if rows else 0.0

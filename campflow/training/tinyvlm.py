@@ -75,7 +75,7 @@ def read_pretrain(
         return {}
     from campflow.training.reading import pretrain_reading, reading_rows
 
-    rows = reading_rows(bootcamps, cfg.instances, seed)
+    rows = reading_rows(bootcamps, cfg.instances, seed, cfg.levels)
     if not rows:
         return {}
     done = pretrain_reading(

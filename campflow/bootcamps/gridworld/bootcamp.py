@@ -103,6 +103,30 @@ class Gridworld(Bootcamp[GridworldParams, GridworldState]):
             user_content(p.observation, caption, lambda: render(instance, state), lambda: describe(instance, state))
         )
 
+    def caption(self, instance: Instance[GridworldParams], state: GridworldState) -> str:
+        """Where the agent, the goal, the inner walls, the keys and the doors stand, and what is carried."""
+        grid, (gx, gy) = instance.data["grid"], instance.data["goal"]
+        walls = [
+            f"({x}, {y})"
+            for y in range(1, len(grid) - 1)
+            for x in range(1, len(grid[0]) - 1)
+            if grid[y][x] == WALL and door_at(instance, x, y) is None
+        ]
+        keys = [
+            f"{k['color']} ({k['pos'][0]}, {k['pos'][1]})"
+            for k in instance.data["keys"]
+            if k["color"] not in state.held
+        ]
+        doors = [
+            f"{d['color']} ({d['pos'][0]}, {d['pos'][1]}) {'open' if d['color'] in state.opened else 'locked'}"
+            for d in instance.data["doors"]
+        ]
+        parts = [f"You ({state.x}, {state.y}).", f"Goal ({gx}, {gy}).", f"Walls {' '.join(walls) or 'none'}."]
+        parts += [f"Keys {', '.join(keys)}."] if keys else []
+        parts += [f"Doors {', '.join(doors)}."] if doors else []
+        parts += [f"Carrying {', '.join(state.held)}."] if state.held else []
+        return " ".join(parts)
+
     def new_state(self, instance: Instance[GridworldParams]) -> GridworldState:
         x, y = instance.data["start"]
         return GridworldState(x=x, y=y)
