@@ -32,6 +32,7 @@ from campflow.config import CopyPretrainingConfig, TinyModelConfig
 from campflow.hardware import Hardware, resolve_hardware
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+ASSISTANT_HEADER = "assistant\n"  # after <|im_start|> in the Qwen templates
 # Added as ordinary tokens (as Qwen2.5 does) so they survive decoding with skip_special_tokens.
 TAG_TOKENS = [
     "<tool_call>",
@@ -87,10 +88,21 @@ def corpus(bootcamps: Sequence[str], per_level: int, seed: int, template_name: s
             yield rendered[0][0] if isinstance(rendered, tuple) else rendered[0]
 
 
-def build_tokenizer(texts: Sequence[str], vocab_size: int, template_name: str = "qwen2.5"):
-    """Train a byte-level BPE with single-digit tokens and wrap it as a transformers tokenizer."""
+def build_tokenizer(
+    texts: Sequence[str], vocab_size: int, template_name: str = "qwen2.5", *, header_unit: bool = False
+):
+    """Train a byte-level BPE with single-digit tokens and wrap it as a transformers tokenizer.
+
+    With ``header_unit`` the assistant's turn header (``assistant\n``) is a pre-token of its own, so text
+    an assistant writes before its tool call tokenizes the same in a training row as after an inference
+    prompt, which ends with the header (merged, ``\nYou (`` is one token that no prompt ends with). The
+    vision model's demonstrations say what they see before they act, so it is built with it; the text
+    model's demonstrations write no text there, and its tokenizer stays as measured.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+
+    header = [pre_tokenizers.Split(ASSISTANT_HEADER, behavior="isolated")] if header_unit else []
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -98,6 +110,7 @@ def build_tokenizer(texts: Sequence[str], vocab_size: int, template_name: str = 
             pre_tokenizers.Split(
                 pattern="|".join(_escape(t) for t in SPECIAL_TOKENS + TAG_TOKENS), behavior="isolated"
             ),
+            *header,
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]

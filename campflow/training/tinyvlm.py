@@ -52,7 +52,7 @@ def build_processor(texts: Sequence[str], cfg: TinyVisionModelConfig):  # noqa: 
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     text_cfg = TinyModelConfig(seed=cfg.seed, vocab_size=cfg.vocab_size)
-    tokenizer = build_tokenizer(texts, text_cfg.vocab_size)
+    tokenizer = build_tokenizer(texts, text_cfg.vocab_size, header_unit=True)
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", *VISION_TOKENS]})
     tokenizer.chat_template = vision_chat_template()
     tokenizer.model_max_length = cfg.max_positions
