@@ -6,7 +6,8 @@ instances, filters them into an SFT dataset, fine-tunes, evaluates again, then f
 learnable band (train instances where its pass@k is strictly between 0 and 1, ``training.rl.band_samples``
 samples each), runs GRPO on the band minus a held-out share, and plays that held-out share with the SFT
 and the RL checkpoint, the same number of samples each. Every rate comes with its binomial standard
-error; the RL line says whether RL beat SFT on the held-out band by more than two of them.
+error; the RL line says whether RL beat SFT on the held-out band by more than two of them, and the line
+after it plays both checkpoints on up to 120 of RL's own prompts: what RL fitted, beside what carried over.
 
 Goals (issue 15): base ~0 -> SFT >= 80% on level 1 of both bootcamps -> RL above SFT on the band.
 
@@ -151,9 +152,18 @@ def main() -> None:
                 sft_band, rl_band = f"band-{sft.checkpoint.model_id}-{held}", f"band-{rl.checkpoint.model_id}-{held}"
                 p_sft = band.measure(cfg, runner, sft.checkpoint.path, sft_band, found.holdout)
                 p_rl = band.measure(cfg, runner, rl.checkpoint.path, rl_band, found.holdout)
+                # beside it, RL's own prompts (up to 120 of them): what RL fitted, apart from what generalized
+                seen = found.prompts[:: max(1, len(found.prompts) // 120)][:120]
+                fitted = f"{len(seen)}of{found.run_id}-prompts"
+                sft_seen, rl_seen = (
+                    f"seen-{sft.checkpoint.model_id}-{fitted}",
+                    f"seen-{rl.checkpoint.model_id}-{fitted}",
+                )
+                band.measure(cfg, runner, sft.checkpoint.path, sft_seen, seen)
+                band.measure(cfg, runner, rl.checkpoint.path, rl_seen, seen)
             # the judge is the independent binomial SE: for the same instances it is the larger of the two
             se = (binomial_se(p_sft, n) ** 2 + binomial_se(p_rl, n) ** 2) ** 0.5
-            pairs = paired(store, rl_band, sft_band)
+            pairs, on_seen = paired(store, rl_band, sft_band), paired(store, rl_seen, sft_seen)
             rl_line = (
                 f"RL on the held-out band ({len(found.holdout)} instances x {cfg.training.rl.band_samples} samples; "
                 f"band {len(found.prompts) + len(found.holdout)} of {found.calibrated}): SFT {p_sft:.1%} -> "
@@ -161,7 +171,9 @@ def main() -> None:
                 f"beyond 2 SE: {'yes' if p_rl - p_sft > 2 * se else 'no'}; paired by instance and sample: "
                 f"{100 * pairs.delta:+.1f} ± {100 * pairs.se:.1f}, RL alone passes {pairs.a_only}, SFT alone {pairs.b_only}); "
                 f"training reward, first -> last fifth of the steps: {_fifths(rl.metrics.get('reward_curve') or [])} "
-                f"in {rl.metrics.get('steps')} steps"
+                f"in {rl.metrics.get('steps')} steps\n"
+                f"RL on {len(seen)} of its own prompts x {cfg.training.rl.band_samples} samples (what it fitted): "
+                f"SFT {on_seen.p_b:.1%} -> RL {on_seen.p_a:.1%} ({100 * on_seen.delta:+.1f} ± {100 * on_seen.se:.1f} paired)"
             )
     total = time.perf_counter() - started
 
