@@ -137,9 +137,9 @@ class ReadingPretrainingConfig(Section):
     """Reading pretraining of the embedded vision-language model after copy pretraining
     (campflow/training/reading.py): a vision bootcamp's image-mode prompt in, the same task's text view out."""
 
-    steps: int = Field(0, ge=0, le=1_000_000, description="training steps; 0 (the default) skips it")
+    steps: int = Field(1000, ge=0, le=1_000_000, description="training steps (~4-5 min on 2 CPU cores); 0 skips it")
     batch_size: int = Field(8, ge=1, le=4096, description="examples per step")
-    instances: int = Field(200, ge=1, le=1_000_000, description="train-split instances per vision bootcamp")
+    instances: int = Field(1000, ge=1, le=1_000_000, description="train-split instances per vision bootcamp")
     learning_rate: float = Field(1e-3, gt=0, le=1, description="AdamW learning rate after 20 warmup steps")
     levels: list[Annotated[int, Field(ge=1)]] | None = Field(
         None, description="levels the frames come from (those a bootcamp has); null: every level"

@@ -6,17 +6,21 @@ only an indirect signal (the next move). Measured before this step: the same tin
 gridworld level 1 from the text map and 0% from the image after 400 SFT steps (62 minutes), the
 vision tower never learning to read positions (``benchmarks/bench_vision.py``).
 
-So the vision base is pretrained on transcription: a train-split instance of each vision bootcamp
-it is built for, shown as its image-mode prompt (caption and frame), and as the answer the same
-task's text-mode view (its data rendered as the text map, chart table or screen listing that a
-text-only model reads instead). The loss is on the answer only, through
-the processor and TRL's training template, as SFT renders it. Train-split seeds only, so no eval
-instance is seen; deterministic for a seed.
+So the vision base is pretrained on reading: train-split instances of each vision bootcamp it is
+built for, each shown as a frame of its state after a few of the oracle's actions (under the prompt's
+caption), and as the answer what that frame shows: the bootcamp's
+:meth:`~campflow.bootcamps.base.Bootcamp.caption` (gridworld: where you, the goal and the walls stand),
+or else the same task's text-mode view. The loss is on the answer only, through the processor and
+TRL's training template, as SFT renders it. Train-split seeds only, so no eval instance is seen;
+deterministic for a seed.
 
-Measured (gridworld, 200 instances, 300 steps of 8, ~4.6 minutes on a shared 2-core CPU): the loss
-falls from 4.71 to 0.31 and a greedy transcription of 30 frames of other train seeds gets the map's
-size and frame right and places the agent correctly in 0 of 30: the layout is learned, positions
-are not. So it is off by default (``training.tiny_vl.read.steps: 0``) until longer runs show it pays.
+Measured on gridworld level 1 (``benchmarks/bench_vision.py``): with a whole text view as the answer
+the loss stalled on a plateau (300 steps of 8 placed the agent in none of 30 unseen frames; 1,000 steps
+wrote none of 100 unseen maps exactly); the caption, from frames along the oracle's path, is learned in 1,000 steps (~4-5
+minutes): the base then writes what 100 of 100 frames of unseen instances show, exactly. Reading alone
+does not make the agent: SFT on silent demonstrations still ignored the frames (7.5%); with the
+demonstrator saying what each frame shows before it acts (:class:`campflow.agents.oracle.DemonstratorPolicy`)
+the same SFT reached 82.5%.
 """
 
 from __future__ import annotations
