@@ -265,9 +265,44 @@ def test_the_environments_give_a_vision_model_the_prompts_and_tools_images() -> 
         action = b.oracle(env.instance, env.state)
         result = getattr(env, action.name)(**action.arguments)
         if env is seeing:
-            assert result[0]["text"].startswith("Moved") and isinstance(result[1]["image"], Image.Image)
+            assert result[0]["text"].startswith("Moved") and isinstance(result[2]["image"], Image.Image)
+            assert result[1]["text"] == "Image returned by call call_0_0:"  # as the engine notes it
         else:
             assert result.startswith("Moved")
+
+
+def test_an_rl_rollout_renders_a_tools_image_where_sft_and_evaluation_show_it(vl) -> None:
+    """TRL renders a tool's image inside the tool turn; campflow's engine, and so every SFT row and every
+    evaluation, in a user message after it. RL's rollouts are rendered as the engine's episodes are."""
+    from campflow.agents.vision import vision_conversation
+    from campflow.training.environments import environment_class
+    from campflow.training.rl import as_evaluated
+
+    cfg, store, base = vl
+    processor = load_processor(base.path)
+    row = store.query(
+        """SELECT e.transcript, i.params, i.seed FROM episodes e JOIN instances i USING (instance_id)
+           WHERE e.run_id = 'teacher' AND e.bootcamp = 'gridworld' LIMIT 1"""
+    )[0]
+    episode, params, seed = json.loads(row["transcript"]), row["params"], row["seed"]
+    env = environment_class("gridworld", images=True)()
+    env.reset(params=params, seed=seed)
+    rollout = vision_conversation(episode[:2])  # system and prompt, as TRL's row and reset give them
+    for message in episode[2:]:
+        if message["role"] != "assistant":
+            continue
+        rollout += vision_conversation([message])
+        tools = []
+        for call in message["tool_calls"]:
+            name, arguments = call["function"]["name"], json.loads(call["function"]["arguments"])
+            tools.append({"role": "tool", "name": name, "content": getattr(env, name)(**arguments)})
+        rollout += as_evaluated(tools)
+
+    def rendered(messages):  # noqa: ANN001, ANN202
+        return processor.apply_chat_template(messages, tokenize=False)
+
+    assert sum(m["role"] == "user" for m in rollout) > 2  # frames came back from the tools
+    assert rendered(rollout) == rendered(vision_conversation(episode))
 
 
 def test_an_endpoint_vlm_receives_the_image_parts_and_solves_through_the_existing_policy() -> None:

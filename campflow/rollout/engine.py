@@ -32,6 +32,12 @@ from campflow.rollout.episode import RETRYABLE, Episode, Termination
 from campflow.rollout.parsing import ParsedCall, ParsedTurn, clean_text, one_native_call, parse_turn
 
 
+def image_note(call_id: str) -> str:
+    """The text of the user message that carries a tool's image after its tool result (chat APIs take
+    images in user messages only); RL rollouts render tool images the same way (training/rl.py)."""
+    return f"Image returned by call {call_id}:"
+
+
 @dataclass(frozen=True)
 class RolloutSettings:
     """Limits of one episode (mirrors ``RolloutConfig`` in campflow.config)."""
@@ -297,7 +303,7 @@ class _EpisodeRun:
             self.state.finished = True
             return True
         if obs.image is not None:
-            self._add({"role": "user", "content": image_parts(f"Image returned by call {cid}:", obs.image)})
+            self._add({"role": "user", "content": image_parts(image_note(cid), obs.image)})
         return False
 
     def _execute(self, parsed: ParsedTurn) -> bool:
@@ -327,7 +333,7 @@ class _EpisodeRun:
                 self._not_run(parsed.calls[i + 1 :])
                 return True
         for call_id, png in images:
-            self._add({"role": "user", "content": image_parts(f"Image returned by call {call_id}:", png)})
+            self._add({"role": "user", "content": image_parts(image_note(call_id), png)})
         return False
 
     def _tool_failed(self, cid: str, name: str, exc: Exception, rest: Sequence[ParsedCall]) -> _ToolFailed:

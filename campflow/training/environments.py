@@ -30,6 +30,7 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp, Tool, format_validation_error
 from campflow.bootcamps.messages import content_text
 from campflow.errors import ToolError
+from campflow.rollout.engine import image_note
 
 
 class BootcampEnvironment:
@@ -41,6 +42,7 @@ class BootcampEnvironment:
     def __init__(self) -> None:
         self.instance: Any = None
         self.state: Any = None
+        self.calls = 0
 
     def reset(self, **row: Any) -> str | list[dict[str, Any]]:
         """Start an episode of the row's instance; returns its user prompt (appended to the row's prompt):
@@ -54,6 +56,7 @@ class BootcampEnvironment:
         if row.get("instance_id") and row["instance_id"] != self.instance.id:
             raise ValueError(f"row instance {row['instance_id']} regenerated as {self.instance.id}")
         self.state = self.bootcamp.new_state(self.instance)
+        self.calls = 0  # tools run this episode
         content = self.bootcamp.prompt(self.instance)[-1]["content"]
         if self.images and isinstance(content, list) and image_urls([{"role": "user", "content": content}]):
             return vision_conversation([{"role": "user", "content": content}])[0]["content"]
@@ -79,8 +82,16 @@ class BootcampEnvironment:
             return f"Error: {exc}"
         if obs.final:
             self.state.finished = True
+        self.calls += 1
         if self.images and obs.image is not None:
-            return [{"type": "text", "text": obs.text}, {"type": "image", "image": png_image(obs.image)}]
+            # the engine's call id for a one-call turn; EpisodeGRPOTrainer moves the note and the image
+            # into a user message after the tool result, as the engine sends them
+            note = image_note(f"call_{self.calls - 1}_0")
+            return [
+                {"type": "text", "text": obs.text},
+                {"type": "text", "text": note},
+                {"type": "image", "image": png_image(obs.image)},
+            ]
         return obs.text
 
 
