@@ -103,7 +103,7 @@ def main() -> None:
                 "rollout.concurrency": 32,
                 "rollout.workers": 1,
                 "rollout.shard_size": 1000,
-                "policy.max_tokens": 96,  # image mode: what the frame shows (~30 tokens), then the call
+                "policy.max_tokens": 96,  # image mode: what the frame shows (14 tokens at level 1), then the call
                 "policy.batch_size": 32,
                 **({"training.tiny_vl.read.steps": args.read_steps} if args.read_steps is not None else {}),
                 **({"training.tiny_vl.read.instances": args.read_instances} if args.read_instances else {}),
