@@ -13,7 +13,10 @@ schema), and ``get_reward()``, called once per finished rollout. Here:
 - tool errors come back as ``Error: ...`` text, exactly as the rollout engine words them;
 - ``get_reward`` is the bootcamp's reward layer;
 - for a vision-language model (``images=True``) the prompt and tool results keep their images, as
-  ``{"type": "image", "image": PIL}`` parts TRL passes to the processor; otherwise only their text.
+  ``{"type": "image", "image": PIL}`` parts TRL passes to the processor; otherwise only their text. A
+  tool's image comes after its result and the engine's note ("Image returned by call call_N_0:"), and
+  campflow's GRPO trainer renders the two in a user message after the tool turn, as the engine sends them
+  (:func:`campflow.training.rl.as_evaluated`).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class BootcampEnvironment:
         return float(self.bootcamp.score(self.instance, self.state, ()).reward)
 
     def _call(self, tool: Tool, arguments: dict[str, Any]) -> str | list[dict[str, Any]]:
+        self.calls += 1  # refused calls too: the engine numbers calls by turn, one call a turn here
         if self.state is None:
             return "Error: the episode has not started."
         if self.state.finished:
@@ -82,7 +86,6 @@ class BootcampEnvironment:
             return f"Error: {exc}"
         if obs.final:
             self.state.finished = True
-        self.calls += 1
         if self.images and obs.image is not None:
             # the engine's call id for a one-call turn; EpisodeGRPOTrainer moves the note and the image
             # into a user message after the tool result, as the engine sends them
