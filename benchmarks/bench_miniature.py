@@ -12,7 +12,8 @@ after it plays both checkpoints on up to 120 of RL's own prompts: what RL fitted
 Goals (issue 15): base ~0 -> SFT >= 80% on level 1 of both bootcamps -> RL above SFT on the band.
 
 Run: python benchmarks/bench_miniature.py [--workspace DIR] [--collect-n 1500] [--sft-steps N]
-     [--rl-steps 30] [--rl-lr LR] [--rl-instances N] [--band-holdout F] [--eval-n 40] [--levels 1 2]
+     [--rl-steps 30] [--rl-lr LR] [--rl-prompts-per-step N] [--rl-generations N] [--rl-instances N]
+     [--band-holdout F] [--eval-n 40] [--levels 1 2] [--set KEY=VALUE ...]
 (SFT settings default to configs/default.yaml's; ~15-25 minutes on 2 idle cores)
 """
 
@@ -42,16 +43,27 @@ def main() -> None:
     ap.add_argument(
         "--rl-instances", type=int, default=None, help="train instances per bootcamp calibrated for the band (config's)"
     )
+    ap.add_argument("--rl-prompts-per-step", type=int, default=None, help="band prompts a GRPO step (config's)")
+    ap.add_argument("--rl-generations", type=int, default=None, help="rollouts per prompt in a GRPO step (config's)")
     ap.add_argument(
         "--band-holdout", type=float, default=None, help="share of the band held out of RL to measure it on (config's)"
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any config value, dotted key and YAML value (repeatable), e.g. training.rl.beta=0.04",
     )
     ap.add_argument("--eval-n", type=int, default=40, help="eval instances per bootcamp (split over the levels)")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
-    for flag in ("collect_n", "sft_steps", "rl_instances", "eval_n"):
+    for flag in ("collect_n", "sft_steps", "rl_instances", "rl_prompts_per_step", "eval_n"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise SystemExit(f"--{flag.replace('_', '-')} = {value}: expected a positive number")
+    if args.rl_generations is not None and args.rl_generations < 2:
+        raise SystemExit(f"--rl-generations = {args.rl_generations}: expected at least 2 (GRPO compares a group)")
     if args.band_holdout is not None and not 0 < args.band_holdout < 1:
         raise SystemExit(f"--band-holdout = {args.band_holdout}: expected a share strictly between 0 and 1")
     if args.rl_steps < 0 or (args.rl_lr is not None and args.rl_lr <= 0):
@@ -65,6 +77,7 @@ def main() -> None:
     datasets.disable_progress_bars()
 
     from campflow.config import load_config
+    from campflow.errors import ConfigError
     from campflow.flows import band
     from campflow.flows.collect import collect, recorded_instances
     from campflow.flows.evaluate import evaluate
@@ -92,9 +105,26 @@ def main() -> None:
         overrides["training.rl.learning_rate"] = args.rl_lr
     if args.rl_instances is not None:
         overrides["training.rl.instances_per_bootcamp"] = args.rl_instances
+    if args.rl_prompts_per_step is not None:
+        overrides["training.rl.prompts_per_step"] = args.rl_prompts_per_step
+    if args.rl_generations is not None:
+        overrides["training.rl.num_generations"] = args.rl_generations
     if args.band_holdout is not None:
         overrides["training.rl.band_holdout"] = args.band_holdout
-    cfg = load_config(args.config, overrides, env={})
+    import yaml
+
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE, e.g. training.rl.beta=0.04")
+        try:
+            overrides[key] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise SystemExit(f"--set {item!r}: the value is not YAML: {str(exc).splitlines()[0]}") from None
+    try:
+        cfg = load_config(args.config, overrides, env={})
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
     cfg.training.bootcamps = list(cfg.eval.bootcamps)
     store = Workspace.from_config(cfg).store
     runner = task_runner(cfg.rollout)

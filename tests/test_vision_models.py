@@ -445,21 +445,21 @@ def _walks(name: str, instance) -> list[tuple[bytes, str]]:  # noqa: ANN001
 
     from campflow.agents.vision import png_bytes
     from campflow.bootcamps.splits import level_params
-    from campflow.training.reading import MAX_WALK, _view
+    from campflow.training.reading import MAX_WALK, text_view
 
     bootcamp = registry.make(name)
     twin = dataclasses.replace(instance, params=level_params(bootcamp, instance.level, "text"))
     state, twin_state = bootcamp.new_state(instance), bootcamp.new_state(twin)
     prompt = next(m for m in bootcamp.prompt(instance) if m["role"] == "user")["content"]
     frame = png_bytes(next(p["image_url"]["url"] for p in prompt if p["type"] == "image_url"))
-    view = _view(next(m for m in bootcamp.prompt(twin) if m["role"] == "user")["content"])
+    view = text_view(next(m for m in bootcamp.prompt(twin) if m["role"] == "user")["content"])
     out = [(frame, bootcamp.caption(instance, state) or view)]
     for _ in range(MAX_WALK):
         action = bootcamp.oracle(instance, state)
         if bootcamp.is_final(action.name):
             break
         frame = bootcamp.apply(instance, state, action).image or frame
-        view = _view(bootcamp.apply(twin, twin_state, action).text)
+        view = text_view(bootcamp.apply(twin, twin_state, action).text)
         out.append((frame, bootcamp.caption(instance, state) or view))
     return out
 

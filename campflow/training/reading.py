@@ -88,14 +88,14 @@ def reading_rows(
             text_mode = dataclasses.replace(image_mode, params=level_params(bootcamp, image_mode.level, "text"))
             shown = _user(bootcamp.prompt(image_mode))
             caption = next(p["text"] for p in shown["content"] if p.get("type") == "text")
-            frame, view = None, _view(_user(bootcamp.prompt(text_mode))["content"])
+            frame, view = None, text_view(_user(bootcamp.prompt(text_mode))["content"])
             state, twin = bootcamp.new_state(image_mode), bootcamp.new_state(text_mode)
             for _ in range(random.Random(f"read:{seed}:{image_mode.id}").randint(0, MAX_WALK)):
                 action = bootcamp.oracle(image_mode, state)
                 if bootcamp.is_final(action.name):
                     break
                 seen = bootcamp.apply(image_mode, state, action)
-                frame, view = seen.image or frame, _view(bootcamp.apply(text_mode, twin, action).text)
+                frame, view = seen.image or frame, text_view(bootcamp.apply(text_mode, twin, action).text)
             if frame is not None:
                 shown = {"role": "user", "content": image_parts(caption, frame)}
             answer = bootcamp.caption(image_mode, state) or view
@@ -109,7 +109,7 @@ def reading_rows(
     return rows
 
 
-def _view(text: str) -> str:
+def text_view(text: str) -> str:
     """A text-mode observation without its caption: the view alone."""
     return text.split("\n\n", 1)[1] if "\n\n" in text else text
 
