@@ -471,6 +471,13 @@ class ImproveConfig(Section):
         1, ge=1, le=1000, description="cycles `campflow improve` runs, each from the last promoted model"
     )
     rl: bool = Field(True, description="run RL after SFT (off: the SFT checkpoint is the candidate)")
+    rl_min_gain: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="the RL checkpoint is the candidate only if it beats its SFT checkpoint on held-out band "
+        "instances by more than nothing and by at least this (pass rate); else the SFT checkpoint is",
+    )
     eval_variants: bool = Field(
         True, description="run the starting model and the candidate on the accepted variants' held-out probes"
     )

@@ -43,7 +43,10 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     trained_rl = bool(state["rl_prompts"])  # RL runs only when the SFT checkpoint has a learnable band
     assert kinds == {"base": 1, "sft": 1, **({"rl": 1} if trained_rl else {})}
     lineage = _sql(db, f"SELECT kind FROM checkpoint_lineage WHERE model_id = '{candidate}' ORDER BY depth")
-    assert [k for (k,) in lineage] == ["rl", "sft", "base"] if trained_rl else ["sft", "base"]
+    chosen_rl = state["candidate_kind"] == "rl"  # RL is the candidate only when it beat SFT on held-out band
+    assert not chosen_rl or (trained_rl and state["rl_effect"]["rl"] > state["rl_effect"]["sft"])
+    assert [k for (k,) in lineage] == (["rl", "sft", "base"] if chosen_rl else ["sft", "base"])
+    assert "candidate: the " in decision
     runs = dict(_sql(db, "SELECT run_id, kind FROM runs"))
     assert runs["c1-before"] == runs["c1-after"] == "evaluate" and runs["c1-collect"] == "collect"
     assert runs["c1-rl-band"] == "calibrate"

@@ -4,7 +4,7 @@ One cycle: evaluate the current model on the eval split -> mine and cluster its 
 variants aimed at them (each with held-out probes) -> run the current model on the probes -> collect
 teacher trajectories at the curriculum's levels, ``synthesis.share`` of them on the variants -> filter
 -> SFT -> find the SFT checkpoint's learnable band -> RL on it -> measure SFT vs RL on held-out band
-instances -> re-evaluate the candidate on the same eval split and on the probes -> step the curriculum
+instances, the RL checkpoint the candidate only if it beats the SFT one there -> re-evaluate the candidate on the same eval split and on the probes -> step the curriculum
 -> promote the candidate only if it passes the gate (:mod:`campflow.storage.promotion`) -> report.
 ``improve.cycles`` cycles run in a row, each from the last promoted model.
 
@@ -37,7 +37,7 @@ from campflow.report.facts import cycle_facts
 from campflow.report.page import write_report
 from campflow.serving import CheckpointServers
 from campflow.storage import cycles
-from campflow.storage.promotion import compare, gate
+from campflow.storage.promotion import choose_candidate, compare, gate
 from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
 from campflow.storage.workspace import Workspace
@@ -259,8 +259,15 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
                     "sft": band.measure(cfg, runner, sft.path, f"{cycle.cycle_id}-band-sft", state["rl_holdout"]),
                     "rl": band.measure(cfg, runner, rl_path, f"{cycle.cycle_id}-band-rl", state["rl_holdout"]),
                 }
-            done("rl-effect", rl_effect=effect)
-        candidate = checkpoints.get(store, state["rl_model"] or state["sft_model"])
+            chosen = choose_candidate(
+                state["sft_model"], state["rl_model"], effect, rl_min_gain=cfg.improve.rl_min_gain
+            )
+            done("rl-effect", rl_effect=effect, candidate_kind=chosen.kind, candidate_reason=chosen.reason)
+        # RL becomes the candidate only on evidence: it beat the SFT checkpoint on held-out band instances
+        choice = choose_candidate(
+            state["sft_model"], state["rl_model"], state.get("rl_effect"), rl_min_gain=cfg.improve.rl_min_gain
+        )
+        candidate = checkpoints.get(store, choice.model_id)
         after_run = f"{cycle.cycle_id}-after"
         if pending("re-evaluate"):
             evaluate_flow.with_options(task_runner=runner)(served(candidate.path), after_run)
@@ -297,7 +304,7 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             before=before,
             after=after,
             promoted=decision.promoted,
-            reason=decision.reason,
+            reason=f"{decision.reason}; candidate: {choice.reason}",
         )
         if pending("promote"):
             done("promote", promoted=decision.promoted)
@@ -326,7 +333,7 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
         facts.pass_before,
         facts.pass_after,
         Path(state["report"]),
-        decision.reason,
+        f"{decision.reason}; candidate: {choice.reason}",
     )
 
 

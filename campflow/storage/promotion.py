@@ -6,6 +6,9 @@ pair by pair (:func:`paired`): the difference is the share one solves and the ot
 reverse, and its standard error counts only the pairs where they disagree (McNemar's view). The gate promotes a candidate only if the
 metric rises by more than nothing and by at least ``min_improvement``, and no bootcamp and no
 (bootcamp, level) falls by more than ``max_regression``; the decision carries its reason in words.
+
+The candidate itself is chosen on evidence (:func:`choose_candidate`): the RL checkpoint only when it beats
+its SFT checkpoint on held-out band instances by more than nothing and by at least ``rl_min_gain``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
@@ -177,4 +181,44 @@ def gate(
         )
     return Decision(
         True, f"{change}; no bootcamp or level fell by more than improve.max_regression = {max_regression:.0%}"
+    )
+
+
+@dataclass(frozen=True)
+class CandidateChoice:
+    """Which checkpoint of a cycle is its candidate (``sft`` or ``rl``), its model id, and why."""
+
+    kind: Literal["sft", "rl"]
+    model_id: str
+    reason: str
+
+
+def choose_candidate(
+    sft_model: str, rl_model: str | None, effect: dict[str, Any] | None, *, rl_min_gain: float
+) -> CandidateChoice:
+    """The RL checkpoint only when ``effect`` (the SFT and RL pass rates on held-out band instances, as the
+    ``rl-effect`` step records them) shows it beating the SFT checkpoint by more than nothing and by at least
+    ``rl_min_gain``; the SFT checkpoint otherwise, also when RL did not run or was not measured."""
+    if rl_model is None:
+        return CandidateChoice("sft", sft_model, "the SFT checkpoint: RL did not run")
+    if not effect:
+        return CandidateChoice(
+            "sft", sft_model, "the SFT checkpoint: the RL checkpoint was not measured on held-out band instances"
+        )
+    n = int(effect["instances"]) * int(effect["samples"])
+    sft, rl = float(effect["sft"]), float(effect["rl"])
+    se = math.sqrt(binomial_se(sft, n) ** 2 + binomial_se(rl, n) ** 2)
+    measured = (
+        f"on {effect['instances']} held-out band instances x {effect['samples']} samples the RL checkpoint "
+        f"scored {rl:.1%}, the SFT checkpoint {sft:.1%} ({100 * (rl - sft):+.1f} ± {100 * se:.1f} points)"
+    )
+    if rl > sft and rl - sft >= rl_min_gain - 1e-9:
+        return CandidateChoice(
+            "rl", rl_model, f"the RL checkpoint: {measured}, a gain of at least improve.rl_min_gain = {rl_min_gain:g}"
+        )
+    return CandidateChoice(
+        "sft",
+        sft_model,
+        f"the SFT checkpoint: {measured}, not a gain of more than nothing and at least "
+        f"improve.rl_min_gain = {rl_min_gain:g}",
     )
