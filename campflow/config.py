@@ -489,6 +489,11 @@ class ImproveConfig(Section):
         "the candidate plays so the curriculum can step; 0: probes only",
     )
     reports_dir: Path = Field(Path("reports"), description="where cycle reports are written")
+    inspect_logs: bool = Field(
+        False,
+        description="also write every run of a cycle as an Inspect AI eval log into <reports_dir>/<cycle>/inspect "
+        "(`inspect view` shows them; needs the view extra)",
+    )
     cron: str = Field("0 3 * * *", description="schedule of `campflow serve` for improve (cron, server time)")
 
 

@@ -107,3 +107,10 @@ class AuthoringError(CampflowError):
     cannot be reached, an LLM that never returned a module, a name already taken."""
 
     exit_code = 2
+
+
+class ExportError(CampflowError):
+    """Episodes cannot be exported or shown as asked: a missing optional extra (inspect-ai), a bad format
+    or output folder."""
+
+    exit_code = 2

@@ -24,7 +24,18 @@ app = typer.Typer(
 
 
 # Modules whose import registers their commands on `app` (each is small and imports lazily).
-COMMAND_MODULES = ("evaluate", "store", "bootcamps", "training", "synthesis", "imports", "author", "loop", "env")
+COMMAND_MODULES = (
+    "evaluate",
+    "store",
+    "bootcamps",
+    "training",
+    "synthesis",
+    "imports",
+    "author",
+    "loop",
+    "env",
+    "view",
+)
 
 
 def main() -> None:

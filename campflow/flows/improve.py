@@ -34,6 +34,7 @@ from campflow.flows.evaluate import evaluate_flow
 from campflow.flows.runners import task_runner
 from campflow.flows.teachers import collect_teachers
 from campflow.report.facts import cycle_facts
+from campflow.report.inspect_log import cycle_runs, export_runs, require_inspect
 from campflow.report.page import write_report
 from campflow.serving import CheckpointServers
 from campflow.storage import cycles
@@ -153,6 +154,8 @@ def improve_flow(
 def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleSummary:
     """One cycle from its first step not yet done."""
     state = cycle.state
+    if cfg.improve.inspect_logs:
+        require_inspect()  # fail at the start, not after the training
     runner = task_runner(cfg.rollout)  # subflows fan out as the config says, not with Prefect's default
     # one server per checkpoint (serving: launch / endpoint), shared by the steps that evaluate it and
     # stopped when the cycle ends, however it ends; a resumed cycle starts its own
@@ -312,6 +315,8 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             # the page is the cycle's last act: it shows the state that writing it completes
             facts = replace(cycle_facts(store, cycle.cycle_id), status="completed", step="report")
             page = write_report(facts, cfg.improve.reports_dir / cycle.cycle_id)
+            if cfg.improve.inspect_logs:
+                export_runs(store, cycle_runs(store, cycle.cycle_id, state), page.parent / "inspect")
             done("report", report=str(page))
         cycles.finish(store, cycle)
     except BaseException as exc:
