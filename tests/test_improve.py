@@ -70,6 +70,10 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     from campflow.flows.improve import STEPS
 
     assert state["done"] == list(STEPS)
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:  # the flow run is named after its cycle
+        assert "c1" in {r.name for r in client.read_flow_runs()}
 
 
 def _start(config: Path, *args: str, stderr: int = subprocess.STDOUT) -> subprocess.Popen:

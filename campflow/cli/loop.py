@@ -89,9 +89,15 @@ def improve(
 
     options = "".join(f" {flag} {value}" for flag, value in (("--config", config), ("--db", db)) if value)
     when_stopped(lambda: cycle_progress(cfg.workspace.db_path, cycle_id, f"campflow improve --resume{options}"))
-    with RichReporter(console) as reporter, progress.use(reporter):
-        reporter.note("starting Prefect (the first flow on a fresh ephemeral API takes ~10 s)")
-        summary = run_improve(cfg, cycle_id, resume)
+    from campflow.storage.lock import WorkspaceLock
+
+    # held here, before Prefect starts, so a refusal is immediate; the flow takes it again (re-entrant)
+    with WorkspaceLock(cfg.workspace.db_path, cycle_id) as lock:
+        if lock.taken_over is not None:
+            console.print(f"took over the workspace lock of {lock.taken_over.describe()}: that process has ended")
+        with RichReporter(console) as reporter, progress.use(reporter):
+            reporter.note("starting Prefect (the first flow on a fresh ephemeral API takes ~10 s)")
+            summary = run_improve(cfg, cycle_id, resume)
     for each in [*summary.earlier, summary]:
         print_cycle(each)
 
@@ -135,6 +141,8 @@ def watch(config: Path | None = ConfigOption, db: Path | None = DbOption) -> Non
         f"{decision.new_failures} new model failure(s) since the last training; threshold "
         f"{decision.threshold}: {'started a cycle' if decision.started else 'no cycle started'}"
     )
+    if decision.busy:
+        console.print(f"no cycle could start: {decision.busy}")
     if decision.started:
         print_cycle(decision.started)
 

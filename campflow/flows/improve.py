@@ -38,6 +38,7 @@ from campflow.report.inspect_log import cycle_runs, export_runs, require_inspect
 from campflow.report.page import write_report
 from campflow.serving import CheckpointServers
 from campflow.storage import cycles
+from campflow.storage.lock import WorkspaceLock
 from campflow.storage.promotion import choose_candidate, compare, gate
 from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
@@ -122,7 +123,15 @@ def _series(store: Store, cycle_id: str | None, resume: bool, count: int) -> tup
     return cycle, ids[1:]
 
 
-@flow(name="improve", log_prints=False, validate_parameters=False)
+def _run_name() -> str:
+    """The flow run's name before the cycle is known: the cycle id a caller gave, else what it will do."""
+    from prefect.runtime import flow_run
+
+    parameters = flow_run.parameters or {}
+    return parameters.get("cycle_id") or ("improve-resume" if parameters.get("resume") else "improve-new")
+
+
+@flow(name="improve", flow_run_name=_run_name, log_prints=False, validate_parameters=False)
 @stopping.unwinding
 def improve_flow(
     cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False, cycles_n: int | None = None
@@ -135,20 +144,41 @@ def improve_flow(
     """
     cfg = as_config(cfg)
     ws = Workspace.from_config(cfg)
-    store = ws.store
-    cfg = cfg.model_copy(deep=True)
-    cfg.eval.bootcamps = ws.names(cfg.eval.bootcamps)  # a schedule's "all" or a typo is resolved here too
-    cfg.training.bootcamps = list(cfg.eval.bootcamps)  # train on what is evaluated
-    cycle, rest = _series(store, cycle_id, resume, cycles_n or cfg.improve.cycles)
-    summaries = [_run_cycle(cfg, store, cycle)]
-    for nxt in rest:
-        series = cycle.state["series"]
-        cycle = cycles.start(store, nxt)
-        cycles.save_step(store, cycle, "start", series={"ids": series["ids"], "index": series["index"] + 1})
-        summaries.append(_run_cycle(cfg, store, cycle))
+    # one cycle at a time per workspace, for the whole series; re-entrant when the CLI holds it already
+    with WorkspaceLock(cfg.workspace.db_path, cycle_id) as lock:
+        if lock.taken_over is not None:
+            progress.current().note(f"took over the workspace lock of {lock.taken_over.describe()}: it has ended")
+        store = ws.store
+        cfg = cfg.model_copy(deep=True)
+        cfg.eval.bootcamps = ws.names(cfg.eval.bootcamps)  # a schedule's "all" or a typo is resolved here too
+        cfg.training.bootcamps = list(cfg.eval.bootcamps)  # train on what is evaluated
+        cycle, rest = _series(store, cycle_id, resume, cycles_n or cfg.improve.cycles)
+        _holding(lock, cycle.cycle_id)
+        summaries = [_run_cycle(cfg, store, cycle)]
+        for nxt in rest:
+            series = cycle.state["series"]
+            cycle = cycles.start(store, nxt)
+            cycles.save_step(store, cycle, "start", series={"ids": series["ids"], "index": series["index"] + 1})
+            _holding(lock, cycle.cycle_id)
+            summaries.append(_run_cycle(cfg, store, cycle))
     last = summaries[-1]
     last.earlier = summaries[:-1]
     return last
+
+
+def _holding(lock: WorkspaceLock, cycle_id: str) -> None:
+    """Record ``cycle_id`` as the lock's holder and name the flow run after it (a resume's or a
+    scheduled run's cycle id is known only now)."""
+    lock.name(cycle_id)
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    if flow_run.id and flow_run.name != cycle_id:
+        try:
+            with get_client(sync_client=True) as client:
+                client.update_flow_run(flow_run.id, name=cycle_id)
+        except Exception as exc:  # noqa: BLE001 - a run's name is not worth a cycle
+            progress.current().note(f"could not name the flow run {cycle_id}: {type(exc).__name__}: {exc}")
 
 
 def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleSummary:

@@ -23,12 +23,14 @@ def serve(cfg: CampflowConfig, config_path: Path | None = None) -> None:
         name="campflow-improve",
         cron=cfg.improve.cron,
         parameters=parameters,
+        concurrency_limit=1,  # one cycle at a time (the workspace lock refuses a second one anyway)
         description=f"one improvement cycle ({config_path or 'defaults'})",
     )
     watch = watch_flow.to_deployment(
         name="campflow-watch",
         interval=cfg.watch.interval_seconds,
         parameters=parameters,
+        concurrency_limit=1,
         description=f"retrain past {cfg.watch.threshold} new failures",
     )
     prefect_serve(improve, watch)

@@ -10,6 +10,7 @@ from prefect import flow
 from campflow.config import CampflowConfig, as_config
 from campflow.flows.improve import CycleSummary, improve_flow
 from campflow.storage import cycles
+from campflow.storage.lock import WorkspaceBusyError, WorkspaceLock
 from campflow.storage.store import Store, now
 from campflow.storage.workspace import Workspace
 
@@ -21,6 +22,7 @@ class WatchDecision:
     new_failures: int
     threshold: int
     started: CycleSummary | None
+    busy: str | None = None  # why no cycle could start: the workspace lock's holder
 
 
 def new_failures(store: Store) -> int:
@@ -35,11 +37,22 @@ def watch_flow(cfg: CampflowConfig) -> WatchDecision:
     cfg = as_config(cfg)
     store = Workspace.from_config(cfg).store
     count, threshold = new_failures(store), cfg.watch.threshold
-    running = cycles.latest_unfinished(store)
-    cycle_id = None
-    if count >= threshold and running is None:
-        cycle_id = cycles.new_cycle_id()
-    with store.connection() as con:
-        con.execute("INSERT INTO watch_decisions VALUES (?, ?, ?, ?)", [now(), count, threshold, cycle_id])
-    started = improve_flow(cfg, cycle_id) if cycle_id else None
+    lock = WorkspaceLock(cfg.workspace.db_path)
+    try:
+        lock.acquire()  # held from the decision to the end of the cycle it starts
+    except WorkspaceBusyError as busy:
+        with store.connection() as con:
+            con.execute("INSERT INTO watch_decisions VALUES (?, ?, ?, ?)", [now(), count, threshold, None])
+        return WatchDecision(count, threshold, None, str(busy))
+    try:
+        running = cycles.latest_unfinished(store)
+        cycle_id = None
+        if count >= threshold and running is None:
+            cycle_id = cycles.new_cycle_id()
+            lock.name(cycle_id)
+        with store.connection() as con:
+            con.execute("INSERT INTO watch_decisions VALUES (?, ?, ?, ?)", [now(), count, threshold, cycle_id])
+        started = improve_flow(cfg, cycle_id) if cycle_id else None
+    finally:
+        lock.release()
     return WatchDecision(count, threshold, started)
