@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[adapters,scale,dev,openenv,view]'
+	$(PIP) install -q -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

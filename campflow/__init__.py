@@ -40,7 +40,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+
+def _installed_version() -> str:
+    """The version of the installed distribution (pyproject.toml's), as ``campflow --version`` prints it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("campflow")
+    except PackageNotFoundError:  # a source tree on sys.path that was never installed
+        return "0+unknown"
+
+
+__version__ = _installed_version()
 
 # name -> (module, attribute): one table, read by __getattr__ and by the test that holds the CLI to it
 API: dict[str, tuple[str, str]] = {

@@ -17,10 +17,27 @@ app = typer.Typer(
     name="campflow",
     help="Executable agent environments and a continuous-improvement pipeline for LLM agents.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from campflow import __version__
+
+        typer.echo(f"campflow {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print campflow's version and exit."
+    ),
+) -> None:
+    """Executable agent environments and a continuous-improvement pipeline for LLM agents."""
 
 
 # Modules whose import registers their commands on `app` (each is small and imports lazily).
@@ -62,6 +79,10 @@ def main() -> None:
                 # that the same signal took down) is the stop's doing
                 print(f"error: {stop_message(signal_name)}", file=sys.stderr)
                 sys.exit(128 + signal.Signals[signal_name].value)
+            if isinstance(exc, ModuleNotFoundError):
+                from campflow.extras import missing_extra
+
+                exc = missing_extra(exc) or exc  # a library of an extra: say which extra installs it
             if isinstance(exc, CampflowError):
                 print(f"error: {exc}", file=sys.stderr)
                 sys.exit(exc.exit_code)

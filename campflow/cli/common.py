@@ -84,9 +84,13 @@ def quiet_after_stop(signal_name: str) -> None:
 
 
 def resolve_local_model(cfg: CampflowConfig) -> None:
-    """For ``policy.kind = local``, accept a checkpoint id as the model and turn it into its path."""
+    """For ``policy.kind = local``, accept a checkpoint id as the model and turn it into its path (and
+    say now, before a flow starts, if the ``train`` extra that runs local models is missing)."""
     if cfg.policy.kind != "local":
         return
+    from campflow.extras import require
+
+    require("train")
     from campflow.storage.workspace import Workspace
     from campflow.training.checkpoints import local_model_path
 

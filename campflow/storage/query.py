@@ -43,6 +43,16 @@ class QueryResult:
     columns: list[str]
     rows: list[tuple[Any, ...]]
 
+    def to_pandas(self) -> Any:
+        """The rows as a pandas ``DataFrame`` with these columns (needs the ``view`` extra)."""
+        try:
+            import pandas as pd
+        except ModuleNotFoundError as exc:
+            from campflow.extras import missing_extra
+
+            raise (missing_extra(exc) or exc) from None
+        return pd.DataFrame.from_records(self.rows, columns=self.columns)
+
 
 def check_query(sql: str) -> None:
     """Refuse ``sql`` unless DuckDB parses it as exactly one query (see the module docstring).
