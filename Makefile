@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: install run test lint format bench vllm clean
+.PHONY: install run test lint format bench vllm mcp-servers clean
 
 # Torch goes in first and pinned: the CPU wheel lies on this disk, while a looser
 # requirement pulled in by another package would fetch a multi-GB CUDA build.
@@ -53,6 +53,18 @@ $(VLLM_STAMP):
 	touch $(VLLM_STAMP)
 
 vllm: $(VLLM_STAMP)
+
+# Third-party MCP servers the MCP tests play against, each in an environment of its own: an MCP server is a
+# separate program with its own dependencies (mcp-server-sqlite 2025.4.25 needs mcp<2; campflow's client is 2.x).
+MCP_SQLITE_VENV  := .venv-mcp-sqlite
+MCP_SQLITE_STAMP := $(MCP_SQLITE_VENV)/.installed
+
+$(MCP_SQLITE_STAMP):
+	test -x $(MCP_SQLITE_VENV)/bin/python || $(PYTHON) -m venv $(MCP_SQLITE_VENV)
+	$(MCP_SQLITE_VENV)/bin/python -m pip install -q 'mcp-server-sqlite==2025.4.25' 'mcp<2'
+	touch $(MCP_SQLITE_STAMP)
+
+mcp-servers: $(MCP_SQLITE_STAMP)
 
 clean:
 	rm -rf $(VENV) campflow-data reports

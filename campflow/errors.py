@@ -47,6 +47,13 @@ class ToolError(CampflowError):
     """
 
 
+class ToolServerError(CampflowError):
+    """The server behind a bootcamp's tools failed (would not start, crashed, hung, spoke malformed JSON-RPC).
+
+    Not the model's doing: the engine ends that episode as ``infra_error`` and the run goes on.
+    """
+
+
 class PolicyError(CampflowError):
     """A policy could not produce a reply for infrastructure reasons (endpoint down, retries spent)."""
 

@@ -12,6 +12,13 @@ unknown state, so the episode ends unscored), ``format_error`` anywhere else. ``
 for what no model output reaches: the policy and its endpoint, setting an episode up (``new_state``,
 ``prompt``, ``tools``), the bootcamp's feedback between turns and scoring, and the machine itself
 (``MemoryError`` stays ``infra_error`` wherever it is raised).
+
+A served bootcamp (:class:`~campflow.bootcamps.served.ServedToolsBootcamp`: the tools are an MCP server)
+gets a fresh server per episode, opened before the first turn and stopped when the episode ends however
+it ends; its tool calls are awaited, so its episodes are always under ``episode_timeout``. What the
+server does wrong is ``infra_error``: failing to start, a :class:`~campflow.errors.ToolServerError`
+(crash, malformed JSON-RPC), a call still unanswered when the episode's time runs out, or the final
+state unreadable.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.bootcamps.base import Bootcamp, Instance
 from campflow.bootcamps.messages import content_text, image_parts
 from campflow.config import RolloutConfig
-from campflow.errors import ContextOverflowError, PolicyError, ToolError
+from campflow.bootcamps.served import ServedToolsBootcamp
+from campflow.errors import ContextOverflowError, PolicyError, ToolError, ToolServerError
 from campflow.rollout.episode import RETRYABLE, Episode, Termination
 from campflow.rollout.parsing import ParsedCall, ParsedTurn, clean_text, one_native_call, parse_turn
 
@@ -80,19 +88,69 @@ async def run_episode(
     run_id: str = "",
 ) -> Episode:
     """Play one episode to its end and score it. Never raises (except on cancellation)."""
-    bootcamp, instance = spec.bootcamp, spec.instance
+    if isinstance(spec.bootcamp, ServedToolsBootcamp):
+        return await _run_served(spec, policy, settings, run_id)
     started = time.perf_counter()
     try:
         run = _EpisodeRun(spec, policy, settings)
     except Exception as exc:  # the bootcamp cannot set this instance up: this episode fails, not the batch
         return _unplayed(spec, policy, run_id, started, f"episode setup failed: {type(exc).__name__}: {exc}")
+    timer = asyncio.timeout(settings.episode_timeout) if policy.suspends else contextlib.nullcontext()
+    await _play(run, timer)
+    return _scored(run, run_id, started)
+
+
+async def _run_served(spec: EpisodeSpec, policy: Policy, settings: RolloutSettings, run_id: str) -> Episode:
+    """:func:`run_episode` of a served bootcamp: its server lives exactly as long as the episode."""
+    bootcamp, instance = spec.bootcamp, spec.instance
+    started = time.perf_counter()
+    deadline = asyncio.get_running_loop().time() + settings.episode_timeout
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            async with asyncio.timeout_at(deadline):
+                state = await stack.enter_async_context(bootcamp.episode(instance))
+            run = _EpisodeRun(spec, policy, settings, state)
+        except Exception as exc:  # the server would not start, or not in time: this episode fails, not the batch
+            what = (
+                f"the tool server did not start within {settings.episode_timeout:g}s"
+                if isinstance(exc, TimeoutError)
+                else f"{type(exc).__name__}: {exc}"
+            )
+            return _unplayed(spec, policy, run_id, started, f"episode setup failed: {what}")
+        await _play(run, asyncio.timeout_at(deadline))
+        if run.termination not in RETRYABLE and not run.tool_failed:
+            try:
+                await bootcamp.conclude(instance, run.state)
+            except Exception as exc:
+                run.end(
+                    Termination.INFRA_ERROR,
+                    f"reading the final server state failed: {type(exc).__name__}: {exc}",
+                    force=True,
+                )
+        return _scored(run, run_id, started)
+
+
+async def _play(run: _EpisodeRun, timer: contextlib.AbstractAsyncContextManager[Any]) -> None:
+    """Play ``run`` under ``timer``; whatever goes wrong becomes its termination."""
     try:
-        async with asyncio.timeout(settings.episode_timeout) if policy.suspends else contextlib.nullcontext():
+        async with timer:
             await run.play()
     except TimeoutError:
-        run.end(Termination.TIMEOUT, f"episode exceeded {settings.episode_timeout:g}s")
+        limit = run.settings.episode_timeout
+        if run.awaiting_server is not None:  # the server hung, not the model
+            run.end(
+                Termination.INFRA_ERROR,
+                f"tool server did not answer {run.awaiting_server} within the episode's {limit:g}s",
+            )
+        else:
+            run.end(Termination.TIMEOUT, f"episode exceeded {limit:g}s")
     except Exception as exc:  # a bug in a bootcamp or policy must not take the batch down
         run.end(Termination.INFRA_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def _scored(run: _EpisodeRun, run_id: str, started: float) -> Episode:
+    """Score ``run`` (unless it ended on an infrastructure failure) and make its :class:`Episode`."""
+    bootcamp, instance, policy = run.spec.bootcamp, run.spec.instance, run.policy
     reward, success, details = 0.0, False, {}
     if run.tool_failed:
         details = {"reason": "tool_failed"}
@@ -111,7 +169,7 @@ async def run_episode(
         instance_id=instance.id,
         bootcamp=bootcamp.name,
         model_id=policy.model_id,
-        sample=spec.sample,
+        sample=run.spec.sample,
         reward=float(reward),
         success=bool(success and termination == Termination.SOLVED),
         termination=termination,
@@ -160,11 +218,13 @@ class _EpisodeRun:
     """The mutable bookkeeping of one episode in flight."""
 
     tool_failed = False  # a tool raised on the model's arguments; the world is in an unknown state
+    awaiting_server: str | None = None  # the served tool call in flight, if any (a timeout then is the server's)
 
-    def __init__(self, spec: EpisodeSpec, policy: Policy, settings: RolloutSettings) -> None:
+    def __init__(self, spec: EpisodeSpec, policy: Policy, settings: RolloutSettings, state: Any = None) -> None:
         self.spec, self.policy, self.settings = spec, policy, settings
         b, inst = spec.bootcamp, spec.instance
-        self.state = b.new_state(inst)
+        self.served = state is not None
+        self.state = state if self.served else b.new_state(inst)
         self.tools = {t.name: t for t in b.tools(inst)}
         self.schemas = [t.schema() for t in self.tools.values()]
         # Message dicts are shared by the two lists and never changed once appended.
@@ -204,13 +264,15 @@ class _EpisodeRun:
                     reply.content, reply.tool_calls, reply.reasoning, tools, s.max_calls_per_turn, s.max_reply_chars
                 )
                 if call is not None:
-                    if self._run_single(call, reply):
+                    if await self._run_single(call, reply):
                         return None
                     failure = None
                 else:
-                    ended, failure = self._general_turn(reply, turn)
+                    ended, failure = await self._general_turn(reply, turn)
                     if ended:
                         return None
+            except ToolServerError as exc:
+                return self.end(Termination.INFRA_ERROR, str(exc))
             except _ToolFailed as exc:
                 self.tool_failed = True
                 return self.end(Termination.INVALID_TOOL_CALL, str(exc))
@@ -236,7 +298,7 @@ class _EpisodeRun:
                 self._add({"role": "user", "content": fb})
         return self.end(Termination.MAX_TURNS, f"no final tool call within {self.max_turns} turns")
 
-    def _general_turn(self, reply: PolicyReply, turn: int) -> tuple[bool, tuple[Termination, str | None] | None]:
+    async def _general_turn(self, reply: PolicyReply, turn: int) -> tuple[bool, tuple[Termination, str | None] | None]:
         """Parse and run any reply: text calls, several calls, reasoning, malformed output. Returns
         whether the episode ended, and the termination this turn counts towards if it had no usable call."""
         b, inst, s = self.spec.bootcamp, self.spec.instance, self.settings
@@ -260,13 +322,13 @@ class _EpisodeRun:
                 note = f"Error: {parsed.format_error}. {note}"
             self._add({"role": "user", "content": note})
             return False, (Termination.FORMAT_ERROR, note)
-        if self._execute(parsed):
+        if await self._execute(parsed):
             return True, None
         if parsed.has_valid_call:
             return False, None
         return False, (Termination.INVALID_TOOL_CALL, parsed.calls[-1].error)
 
-    def _run_single(self, call: ParsedCall, reply: PolicyReply) -> bool:
+    async def _run_single(self, call: ParsedCall, reply: PolicyReply) -> bool:
         """:meth:`_record_assistant` + :meth:`_execute` for a turn of one valid call and no text (the
         same transcript and counts without the general path's lists, for the turn most replies are;
         tests/test_malformed_output.py checks both paths agree); True when the episode ended."""
@@ -283,11 +345,14 @@ class _EpisodeRun:
         self._chars += len(arguments)
         self.tool_calls += 1
         try:
-            obs = self.spec.bootcamp.call(self.spec.instance, self.state, name, call.arguments)
+            if self.served:
+                obs = await self._call_served(name, call.arguments)
+            else:
+                obs = self.spec.bootcamp.call(self.spec.instance, self.state, name, call.arguments)
         except ToolError as exc:
             self._add_tool(cid, name, f"Error: {exc}")
             return False
-        except MemoryError:
+        except (MemoryError, ToolServerError):
             raise
         except Exception as exc:
             raise self._tool_failed(cid, name, exc, ()) from exc
@@ -306,7 +371,13 @@ class _EpisodeRun:
             self._add({"role": "user", "content": image_parts(image_note(cid), obs.image)})
         return False
 
-    def _execute(self, parsed: ParsedTurn) -> bool:
+    async def _call_served(self, name: str, arguments: Any) -> Any:
+        self.awaiting_server = name
+        obs = await self.spec.bootcamp.call_served(self.spec.instance, self.state, name, arguments)
+        self.awaiting_server = None
+        return obs
+
+    async def _execute(self, parsed: ParsedTurn) -> bool:
         """Run the turn's calls in order; True when a final tool ended the episode."""
         b, inst = self.spec.bootcamp, self.spec.instance
         images: list[tuple[str, bytes]] = []
@@ -317,11 +388,14 @@ class _EpisodeRun:
                 continue
             self.tool_calls += 1
             try:
-                obs = b.call(inst, self.state, call.name, call.arguments)
+                if self.served:
+                    obs = await self._call_served(call.name, call.arguments)
+                else:
+                    obs = b.call(inst, self.state, call.name, call.arguments)
             except ToolError as exc:
                 self._add_tool(call.id, call.name, f"Error: {exc}")
                 continue
-            except MemoryError:
+            except (MemoryError, ToolServerError):
                 raise
             except Exception as exc:
                 raise self._tool_failed(call.id, call.name, exc, parsed.calls[i + 1 :]) from exc

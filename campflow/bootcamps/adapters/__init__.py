@@ -12,6 +12,7 @@ adapter                 source                                  module
 ``function-calling``    a JSONL file or a saved HF dataset      :mod:`~campflow.bootcamps.adapters.function_calling`
 ``internbootcamp``      a class by dotted path (or file.py:Cls) :mod:`~campflow.bootcamps.adapters.class_bootcamps`
 ``authored``            a module an LLM wrote (campflow author) :mod:`~campflow.bootcamps.adapters.authored`
+``mcp``                 an MCP server and a task file           :mod:`campflow.mcp.tasks`
 ======================  ======================================  ==============================================
 
 :func:`register_import` puts a spec in the registry (``origin="imported"``) by dotted path plus the
@@ -50,7 +51,7 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError
 
-AdapterName = Literal["reasoning-gym", "gymnasium", "function-calling", "internbootcamp", "authored"]
+AdapterName = Literal["reasoning-gym", "gymnasium", "function-calling", "internbootcamp", "authored", "mcp"]
 
 #: adapter name -> "module:function" building a Bootcamp from an ImportSpec
 ADAPTERS: dict[str, str] = {
@@ -59,6 +60,7 @@ ADAPTERS: dict[str, str] = {
     "function-calling": "campflow.bootcamps.adapters.function_calling:build",
     "internbootcamp": "campflow.bootcamps.adapters.class_bootcamps:build",
     "authored": "campflow.bootcamps.adapters.authored:build",
+    "mcp": "campflow.mcp.tasks:build",
 }
 
 #: name prefix of each adapter's default bootcamp names (``rg-basic_arithmetic``, ``gym-Taxi-v4``)
@@ -68,6 +70,7 @@ NAME_PREFIX: dict[str, str] = {
     "function-calling": "fc",
     "internbootcamp": "ib",
     "authored": "au",
+    "mcp": "mcp",
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
