@@ -33,8 +33,8 @@ from typing import Any
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.bootcamps.base import Bootcamp, Instance
 from campflow.bootcamps.messages import content_text, image_parts
-from campflow.config import RolloutConfig
 from campflow.bootcamps.served import ServedToolsBootcamp
+from campflow.config import RolloutConfig
 from campflow.errors import ContextOverflowError, PolicyError, ToolError, ToolServerError
 from campflow.rollout.episode import RETRYABLE, Episode, Termination
 from campflow.rollout.parsing import ParsedCall, ParsedTurn, clean_text, one_native_call, parse_turn
