@@ -1,4 +1,4 @@
-"""``campflow import reasoning-gym | gymnasium | function-calling | class`` and ``campflow imports``.
+"""``campflow import reasoning-gym | gymnasium | function-calling | class | mcp`` and ``campflow imports``.
 
 Each import command is a thin call of :func:`campflow.storage.imports.import_bootcamp`:
 the bootcamp is built and smoke-tested, recorded in the workspace's store and from then on listed by
@@ -121,6 +121,62 @@ def import_class(
     _import(
         "internbootcamp", source, knobs, name, replace, config_file, db, process_check, level_seconds, levels=levels
     )
+
+
+@import_app.command("mcp")
+def import_mcp(
+    tasks: Path = typer.Option(..., "--tasks", help="the task file: JSONL rows of prompt, reference and checks"),
+    name: str = typer.Option(..., "--name", "--as", help="bootcamp name"),
+    server: str | None = typer.Option(
+        None, "--server", help='a stdio server command; {workdir} and {seed} are filled, e.g. "CMD --db {workdir}/db"'
+    ),
+    url: str | None = typer.Option(None, "--url", help="a streamable HTTP server (needs --reset-tool)"),
+    reset_tool: str | None = typer.Option(None, "--reset-tool", help="URL servers: the tool that resets the state"),
+    reset_args: str = typer.Option("{}", "--reset-args", help="its arguments as JSON"),
+    call_timeout: float = typer.Option(30.0, "--call-timeout", min=0.1, help="seconds for one tool call"),
+    start_timeout: float = typer.Option(30.0, "--start-timeout", min=0.1, help="seconds for the server to start"),
+    replace: bool = ReplaceOption,
+    config_file: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """An MCP server and a task file as a bootcamp: every task vetted on fresh servers (docs/mcp.md)."""
+    import json
+
+    from pydantic import ValidationError
+
+    from campflow.bootcamps.base import format_validation_error
+    from campflow.errors import ImportSourceError
+    from campflow.mcp.server import ServerSpec
+    from campflow.mcp.tasks import read_tasks
+    from campflow.storage.imports import import_mcp_tasks
+    from campflow.storage.workspace import Workspace
+
+    if (server is None) == (url is None):
+        raise ImportSourceError("give exactly one of --server (a command) and --url")
+    try:
+        reset = {"tool": reset_tool, "arguments": json.loads(reset_args)} if reset_tool else None
+        spec = (
+            ServerSpec.from_command(server, call_timeout=call_timeout, start_timeout=start_timeout)
+            if server is not None
+            else ServerSpec(url=url, reset=reset, call_timeout=call_timeout, start_timeout=start_timeout)
+        )
+    except ValueError as exc:
+        detail = format_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise ImportSourceError(f"mcp server: {detail}") from None
+    rows = read_tasks(tasks)
+    ws = Workspace.from_config(config_with(config_file, db))
+    ws.load_imports()
+    recorded, bootcamp = import_mcp_tasks(
+        name, spec, rows, ws.store, replace=replace, say=lambda note: console.print(f"note: {note}", markup=False)
+    )
+    kept = len(recorded.options["tasks"])
+    tools = ", ".join(t["name"] for t in recorded.options["tools"])
+    console.print(
+        f"imported [bold]{recorded.name}[/] (MCP {spec.describe()}): {kept} of {len(rows)} tasks kept, levels "
+        f"{','.join(str(lv) for lv in sorted(bootcamp.levels))}; tools {tools}; doing nothing scores at most "
+        f"{recorded.options['wrong_answer_bound']:g}"
+    )
+    console.print(f"try: campflow eval --bootcamps {recorded.name} --policy oracle -n 4", markup=False)
 
 
 @app.command("imports")

@@ -19,6 +19,7 @@ within ``call_timeout`` or answers malformed JSON-RPC raises :class:`~campflow.e
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import json
@@ -38,6 +39,7 @@ from campflow.bootcamps.base import Observation
 from campflow.errors import ToolError, ToolServerError
 
 GUARD = Path(__file__).with_name("guard.py")
+LITERAL_CHARS = 1_000_000  # longer texts are not read as Python literals (the parser's cost grows with them)
 STDERR_TAIL = 600  # characters of the server's stderr quoted when it fails
 
 
@@ -95,13 +97,20 @@ class ToolResult:
     images: tuple[bytes, ...] = ()
 
     def json(self) -> Any:
-        """The result as JSON: the structured content, else the text parsed as JSON, else the text."""
+        """The result as JSON: the structured content, else the text read as JSON, else as a Python literal
+        (servers that answer ``str(rows)``, as mcp-server-sqlite does), else the text itself."""
         if self.structured is not None:
             return self.structured
         try:
             return json.loads(self.text)
         except ValueError:
-            return self.text
+            pass
+        if len(self.text) <= LITERAL_CHARS:
+            try:
+                return ast.literal_eval(self.text)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                pass
+        return self.text
 
     def observation(self) -> Observation:
         """What the model reads (raises ToolError for an ``isError`` result)."""
@@ -274,7 +283,7 @@ def _client(spec: ServerSpec, workdir: Path, seed: int, log: Path | None, stack:
     from mcp import Client
 
     if spec.url is not None:
-        return Client(spec.url, cache=None, read_timeout_seconds=spec.call_timeout, mode=spec.protocol)
+        return Client(spec.url, cache=None, read_timeout_seconds=spec.start_timeout, mode=spec.protocol)
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     argv = fill(list(spec.command or ()), workdir, seed)
@@ -283,5 +292,5 @@ def _client(spec: ServerSpec, workdir: Path, seed: int, log: Path | None, stack:
     errlog = stack.enter_context(open(log or "/dev/null", "w"))  # noqa: SIM115 (closed by the stack)
     params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=workdir, env=spec.env or None)
     return Client(
-        stdio_client(params, errlog=errlog), cache=None, read_timeout_seconds=spec.call_timeout, mode=spec.protocol
+        stdio_client(params, errlog=errlog), cache=None, read_timeout_seconds=spec.start_timeout, mode=spec.protocol
     )

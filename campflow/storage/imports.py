@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from campflow.bootcamps import registry
@@ -52,6 +52,42 @@ def import_bootcamp(
     record(store, spec)
     register_import(spec, replace=True)
     return spec, bootcamp
+
+
+def import_mcp_tasks(
+    name: str,
+    server: Any,
+    rows: Sequence[Any],
+    store: Store,
+    *,
+    replace: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> tuple[ImportSpec, Bootcamp]:
+    """Vet an MCP server's task rows on fresh servers and record the kept ones as bootcamp ``name``.
+
+    ``server`` is a :class:`campflow.mcp.server.ServerSpec`, ``rows`` the
+    :class:`campflow.mcp.tasks.TaskRow` list of a task file; :mod:`campflow.mcp.vetting` says what is
+    checked. ``say`` receives one line per dropped task.
+
+    Raises:
+        ImportSourceError: the name is taken, or no task passes its vetting.
+    """
+    from campflow.mcp.vetting import vet_tasks
+
+    check_name_free(name, store, replace=replace)
+    options = {
+        "server": server.model_dump(mode="json", exclude_defaults=True),
+        "tasks": [r.model_dump(mode="json") for r in rows],
+    }
+    spec = ImportSpec(name=name, adapter="mcp", source=server.describe(), options=options)
+    vetted = vet_tasks(spec, say)
+    options.update(
+        tasks=[r.model_dump(mode="json") for r in vetted.kept],
+        tools=vetted.tools,
+        wrong_answer_bound=vetted.wrong_answer_bound,
+    )
+    spec = spec.model_copy(update={"options": options})
+    return import_bootcamp(spec, store, replace=replace, cross_process=False, say=say)
 
 
 def check_name_free(name: str, store: Store, *, replace: bool = False) -> None:

@@ -1,10 +1,10 @@
 """A small stateful MCP server for campflow's MCP tests, written with the SDK's server side (MCPServer,
 FastMCP's name in mcp 2.x): a ledger of named accounts, in memory, one per process.
 
-Fault flags make it fail the ways a real server does, for the fault tests:
-``--fail-start`` exits before speaking; ``--crash-on TOOL`` exits in the middle of that call;
-``--hang-on TOOL`` never answers it; ``--garble-on TOOL`` writes a line that is not JSON-RPC instead
-of the answer. ``--only-seed N`` makes the faults apply only to the episode with that seed.
+Fault flags make the episode of one seed fail the ways a real server does, for the fault tests:
+``--fail-start-seed N`` exits before speaking; ``--crash-seed N`` exits in the middle of a ``deposit``;
+``--hang-seed N`` never answers it; ``--garble-seed N`` writes a line that is not JSON-RPC instead of
+the answer. ``--pid-file`` appends the server's pid (the tests look for survivors).
 """
 
 from __future__ import annotations
@@ -20,32 +20,28 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--fail-start", action="store_true")
-parser.add_argument("--crash-on")
-parser.add_argument("--hang-on")
-parser.add_argument("--garble-on")
-parser.add_argument("--only-seed", type=int)
+for fault in ("fail-start", "crash", "hang", "garble"):
+    parser.add_argument(f"--{fault}-seed", type=int)
 parser.add_argument("--pid-file", help="append this process's pid here (tests look for survivors)")
 opts = parser.parse_args()
-faulty = opts.only_seed is None or opts.only_seed == opts.seed
 if opts.pid_file:
     with open(opts.pid_file, "a") as f:
         f.write(f"{os.getpid()}\n")
-if opts.fail_start and faulty:
-    sys.exit("ledger: refusing to start (--fail-start)")
+if opts.fail_start_seed == opts.seed:
+    sys.exit("ledger: refusing to start (--fail-start-seed)")
 
 server = MCPServer("ledger", instructions="A ledger of named accounts.")
 accounts: dict[str, float] = {}
 
 
 def _fault(tool: str) -> None:
-    if not faulty:
+    if tool != "deposit":
         return
-    if opts.crash_on == tool:
+    if opts.crash_seed == opts.seed:
         os._exit(3)
-    if opts.hang_on == tool:
+    if opts.hang_seed == opts.seed:
         time.sleep(3600)
-    if opts.garble_on == tool:
+    if opts.garble_seed == opts.seed:
         sys.stdout.write("this is not JSON-RPC\n")
         sys.stdout.flush()
         time.sleep(3600)

@@ -1,0 +1,308 @@
+"""MCP servers as a bootcamp's tools: task files vetted on fresh servers, episodes each on their own server,
+server faults kept apart from the model's, no server left behind.
+
+Two servers campflow did not write: ``tests/mcp_servers/ledger_server.py`` (the SDK's MCPServer, FastMCP's
+name in mcp 2.x, with a stateful ledger) and ``mcp-server-sqlite`` from PyPI in its own environment
+(``make mcp-servers``; skipped where it is not built). Every server start costs ~1-3 s here, so the
+module shares one import per server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from campflow.agents.base import Policy, PolicyReply, TurnContext
+from campflow.agents.oracle import OraclePolicy, native_call
+from campflow.bootcamps.adapters import ImportSpec
+from campflow.bootcamps.base import Action
+from campflow.errors import ImportSourceError
+from campflow.mcp.server import ServerSpec
+from campflow.mcp.tasks import McpTaskParams, build, parse_tasks
+from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episodes
+from campflow.rollout.episode import Termination
+from tests.conftest import REPO, run_cli
+
+LEDGER = str(REPO / "tests" / "mcp_servers" / "ledger_server.py")
+SQLITE = REPO / ".venv-mcp-sqlite" / "bin" / "mcp-server-sqlite"
+
+LEDGER_TASKS = [
+    {
+        "id": "open-two",
+        "level": 1,
+        "prompt": "Open account a with 5 and account b with 7.",
+        "reference": [
+            {"tool": "open_account", "arguments": {"name": "a", "balance": 5}},
+            {"tool": "open_account", "arguments": {"name": "b", "balance": 7}},
+        ],
+        "checks": [
+            {"call": {"tool": "balances"}, "path": ["a"], "equals": 5},
+            {"call": {"tool": "balances"}, "contains": {"b": 7}},
+        ],
+    },
+    {
+        "id": "deposit",
+        "level": 2,
+        "prompt": "Open account c with 1, deposit the amount written in {workdir}/amount.txt, and say the balance.",
+        "fixtures": {"amount.txt": "2.5"},
+        "reference": [
+            {"tool": "read_note", "arguments": {"path": "{workdir}/amount.txt"}},
+            {"tool": "open_account", "arguments": {"name": "c", "balance": 1}},
+            {"tool": "deposit", "arguments": {"name": "c", "amount": 2.5}},
+        ],
+        "answer": "3.5",
+        "checks": [
+            {"call": {"tool": "balances"}, "path": ["c"], "approx": 3.5, "tolerance": 0.01},
+            {"answer": True, "contains": "3.5"},
+        ],
+    },
+    {  # the reference deposits into an account it never opened: refused, so the task is dropped
+        "id": "broken-reference",
+        "level": 1,
+        "prompt": "Deposit 1 into z.",
+        "reference": [{"tool": "deposit", "arguments": {"name": "z", "amount": 1}}],
+        "checks": [{"call": {"tool": "balances"}, "path": ["z"], "equals": 1}],
+    },
+    {  # an empty ledger already passes: the check cannot tell done from untouched
+        "id": "vacuous",
+        "level": 1,
+        "prompt": "Leave the ledger empty.",
+        "reference": [],
+        "checks": [{"call": {"tool": "balances"}, "equals": {}}],
+    },
+]
+
+
+class Scripted(Policy):
+    """Plays fixed tool calls, one a turn, then submits ``answer``."""
+
+    model_id = "scripted"
+
+    def __init__(self, calls: Sequence[tuple[str, dict[str, Any]]], answer: str = "") -> None:
+        self.calls = list(calls)
+        self.answer = answer
+
+    async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
+        name, args = self.calls[context.turn] if context.turn < len(self.calls) else ("submit", {"answer": self.answer})
+        return PolicyReply(tool_calls=[native_call(Action(name, args), f"call_{context.turn}")])
+
+
+def play(bootcamp, instances, policy, **settings) -> list:
+    timeout = settings.pop("episode_timeout", 60.0)
+    specs = [EpisodeSpec(bootcamp, i) for i in instances]
+    return asyncio.run(run_episodes(specs, policy, RolloutSettings(episode_timeout=timeout), **settings))
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory):
+    """The ledger tasks imported into a fresh store (vetting runs here, once)."""
+    from campflow.storage.imports import import_mcp_tasks
+    from campflow.storage.store import Store
+
+    store = Store(tmp_path_factory.mktemp("ledger") / "campflow.duckdb")
+    notes: list[str] = []
+    rows = parse_tasks([json.dumps(t) for t in LEDGER_TASKS], "ledger.jsonl")
+    spec, bootcamp = import_mcp_tasks(
+        "mcp-ledger", ServerSpec(command=[sys.executable, LEDGER, "--seed", "{seed}"]), rows, store, say=notes.append
+    )
+    return spec, bootcamp, notes
+
+
+def test_import_keeps_tasks_whose_reference_passes_and_drops_the_others_with_their_reason(ledger) -> None:
+    spec, bootcamp, notes = ledger
+    assert [t["id"] for t in spec.options["tasks"]] == ["open-two", "deposit"]
+    assert any("broken-reference dropped: reference call 0 (deposit) is refused" in n for n in notes), notes
+    assert any("vacuous dropped: doing nothing passes every check" in n for n in notes), notes
+    assert spec.options["wrong_answer_bound"] == 0.0
+    assert [t["name"] for t in spec.options["tools"]] == ["open_account", "deposit", "balances", "read_note"]
+    # the model sees the server's own schemas, verbatim, and the final tool
+    instance = bootcamp.generate(1, 0)
+    schemas = {s["function"]["name"]: s["function"] for s in bootcamp.tool_schemas(instance)}
+    declared = {t["name"]: t["input_schema"] for t in spec.options["tools"]}
+    assert schemas["open_account"]["parameters"] == declared["open_account"]
+    assert set(schemas) == {*declared, "submit"}
+
+
+def test_the_oracle_solves_every_vetted_task_each_episode_on_a_fresh_server(ledger) -> None:
+    _, bootcamp, _ = ledger
+    instances = [
+        bootcamp.generate(McpTaskParams(level=1, task=t), seed) for t, seed in [("open-two", 0), ("deposit", 1)]
+    ]
+    episodes = play(bootcamp, instances, OraclePolicy())
+    assert [(e.termination, e.reward) for e in episodes] == [(Termination.SOLVED, 1.0)] * 2, [e.error for e in episodes]
+    # {workdir} is the episode's own folder, in the prompt and in the reference calls
+    prompt = episodes[1].transcript[1]["content"]
+    assert "{workdir}" not in prompt and "/amount.txt" in prompt
+    assert episodes[1].transcript[3]["content"] == "2.5"
+
+
+def test_a_wrong_solution_and_doing_nothing_fail_and_no_write_reaches_the_next_episode(ledger) -> None:
+    _, bootcamp, _ = ledger
+    instance = bootcamp.generate(McpTaskParams(level=1, task="open-two"), 0)
+    # the first episode writes a and b; the second, on its own server, finds the ledger empty
+    wrong = Scripted([("open_account", {"name": "a", "balance": 5}), ("open_account", {"name": "b", "balance": 8})])
+    look = Scripted([("balances", {})])
+    [partial] = play(bootcamp, [instance], wrong)
+    [nothing] = play(bootcamp, [instance], look)
+    assert (partial.termination, partial.reward) == (Termination.WRONG_ANSWER, 0.5)
+    assert partial.details["reason"] == "check_1"
+    assert (nothing.termination, nothing.reward) == (Termination.WRONG_ANSWER, 0.0)
+    assert json.loads(nothing.transcript[3]["content"]) == {}
+
+
+def test_a_server_refusal_is_the_models_error_message_and_the_episode_goes_on(ledger) -> None:
+    _, bootcamp, _ = ledger
+    instance = bootcamp.generate(McpTaskParams(level=1, task="open-two"), 0)
+    policy = Scripted(
+        [
+            ("deposit", {"name": "nobody", "amount": 1}),
+            ("open_account", {"name": "a", "balance": 5}),
+            ("open_account", {"name": "b", "balance": 7}),
+        ]
+    )
+    [episode] = play(bootcamp, [instance], policy)
+    assert episode.transcript[3]["content"].startswith("Error: ") and "nobody" in episode.transcript[3]["content"]
+    assert (episode.termination, episode.reward) == (Termination.SOLVED, 1.0)
+
+
+def _faulty_bootcamp(tmp_path: Path, **flags: int) -> Any:
+    command = [sys.executable, LEDGER, "--seed", "{seed}", "--pid-file", str(tmp_path / "pids")]
+    for flag, seed in flags.items():
+        command += [f"--{flag.replace('_', '-')}-seed", str(seed)]
+    options = {"server": {"command": command, "call_timeout": 4.0}, "tasks": [LEDGER_TASKS[1]]}
+    return build(ImportSpec(name="mcp-faulty", adapter="mcp", source="ledger", options=options))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _servers_gone(pids_file: Path, within: float = 10.0) -> list[int]:
+    pids = [int(p) for p in pids_file.read_text().split()] if pids_file.exists() else []
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+def test_server_faults_end_only_their_episode_as_infra_error_and_leave_no_process(tmp_path: Path) -> None:
+    bootcamp = _faulty_bootcamp(tmp_path, fail_start=1, crash=2, hang=3, garble=4)
+    instances = [bootcamp.generate(2, seed) for seed in range(5)]
+    episodes = play(bootcamp, instances, OraclePolicy(), concurrency=5)
+    by_seed = {i.seed: e for i, e in zip(instances, episodes)}
+    assert by_seed[0].termination == Termination.SOLVED, by_seed[0].error
+    for seed in (1, 2, 3, 4):
+        assert by_seed[seed].termination == Termination.INFRA_ERROR, (seed, by_seed[seed].error)
+    assert "did not start" in by_seed[1].error and "refusing to start" in by_seed[1].error
+    assert "failed on deposit" in by_seed[2].error
+    assert _servers_gone(tmp_path / "pids", within=5.0) == []
+
+
+def test_no_server_outlives_a_flow_killed_with_sigkill(tmp_path: Path) -> None:
+    bootcamp_code = f"""
+import asyncio, sys
+sys.path.insert(0, {str(REPO)!r})
+from tests.test_mcp import _faulty_bootcamp, play
+from campflow.agents.oracle import OraclePolicy
+from pathlib import Path
+b = _faulty_bootcamp(Path({str(tmp_path)!r}), hang=0)
+play(b, [b.generate(2, 0)], OraclePolicy(), episode_timeout=600)
+"""
+    flow = subprocess.Popen([sys.executable, "-c", bootcamp_code], env={**os.environ, "PYTHONPATH": str(REPO)})
+    pids = tmp_path / "pids"
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2.0)  # the server is up and hangs in its deposit
+    assert flow.poll() is None
+    os.kill(flow.pid, signal.SIGKILL)
+    flow.wait()
+    assert _servers_gone(pids) == []
+
+
+def test_a_task_file_with_bad_rows_is_one_clear_error_naming_the_line() -> None:
+    good = json.dumps(LEDGER_TASKS[0])
+    bad = json.dumps(
+        {**LEDGER_TASKS[0], "id": "x", "checks": [{"call": {"tool": "balances"}, "equals": 1, "contains": 2}]}
+    )
+    with pytest.raises(ImportSourceError, match=r"line 2: .*exactly one predicate"):
+        parse_tasks([good, bad], "tasks.jsonl")
+    with pytest.raises(ImportSourceError, match="line 1: not JSON"):
+        parse_tasks(["{"], "tasks.jsonl")
+
+
+SQLITE_TASKS = [
+    {
+        "id": "orders-table",
+        "level": 1,
+        "prompt": "Create a table orders (id INTEGER, total REAL) and insert the orders 1 (9.5) and 2 (20).",
+        "reference": [
+            {"tool": "create_table", "arguments": {"query": "CREATE TABLE orders (id INTEGER, total REAL)"}},
+            {"tool": "write_query", "arguments": {"query": "INSERT INTO orders VALUES (1, 9.5), (2, 20)"}},
+        ],
+        "checks": [
+            {
+                "call": {"tool": "read_query", "arguments": {"query": "SELECT COUNT(*) AS n FROM orders"}},
+                "path": [0, "n"],
+                "equals": 2,
+            },
+            {
+                "call": {"tool": "read_query", "arguments": {"query": "SELECT SUM(total) AS s FROM orders"}},
+                "path": [0, "s"],
+                "approx": 29.5,
+            },
+        ],
+    },
+    {
+        "id": "orders-question",
+        "level": 2,
+        "prompt": "Create a table t (x INTEGER), insert 3, 4 and 5, and answer: what is the largest x?",
+        "reference": [
+            {"tool": "create_table", "arguments": {"query": "CREATE TABLE t (x INTEGER)"}},
+            {"tool": "write_query", "arguments": {"query": "INSERT INTO t VALUES (3), (4), (5)"}},
+            {"tool": "read_query", "arguments": {"query": "SELECT MAX(x) AS m FROM t"}},
+        ],
+        "answer": "5",
+        "checks": [
+            {"call": {"tool": "list_tables"}, "contains": {"name": "t"}},
+            {"answer": True, "equals": "5"},
+        ],
+    },
+]
+
+
+@pytest.mark.skipif(not SQLITE.exists(), reason="mcp-server-sqlite's environment is made by `make mcp-servers`")
+def test_mcp_server_sqlite_imports_by_the_cli_and_the_oracle_solves_its_tasks(tmp_path: Path) -> None:
+    from campflow.bootcamps.adapters import build_bootcamp
+    from campflow.storage.imports import recorded
+    from campflow.storage.store import Store
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps(t) for t in SQLITE_TASKS) + "\n")
+    done = run_cli(
+        "import", "mcp", "--server", f"{SQLITE} --db-path {{workdir}}/db.sqlite", "--tasks", str(tasks),
+        "--name", "mcp-sqlite", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 of 2 tasks kept" in done.stdout and "read_query" in done.stdout
+    [spec] = recorded(Store(tmp_path / "campflow-data" / "campflow.duckdb"))
+    bootcamp = build_bootcamp(spec)
+    instances = [bootcamp.generate(1, 0), bootcamp.generate(2, 0)]
+    episodes = play(bootcamp, instances, OraclePolicy())
+    assert [(e.termination, e.reward) for e in episodes] == [(Termination.SOLVED, 1.0)] * 2, [e.error for e in episodes]
+    [nothing] = play(bootcamp, instances[:1], Scripted([]))
+    assert (nothing.termination, nothing.reward) == (Termination.WRONG_ANSWER, 0.0)
