@@ -12,12 +12,12 @@ plays it through three async hooks instead of ``new_state`` and ``call``::
         score = bootcamp.score(instance, state, transcript)
     # the server is stopped here, however the episode ended (final tool, budget, timeout, crash)
 
-:meth:`~ServedToolsBootcamp.tools` must be known once :meth:`~ServedToolsBootcamp.episode` has
+:meth:`~ServedTools.tools` must be known once :meth:`~ServedTools.episode` has
 opened (the server's declared tools). Failures split as in the engine: a
 :class:`~campflow.errors.ToolError` is the model's (it reads ``Error: <message>`` and goes on), a
 :class:`~campflow.errors.ToolServerError` the server's (the episode ends ``infra_error``).
 
-:meth:`~ServedToolsBootcamp.solve` plays the oracle on a fresh server from synchronous code (oracle
+:meth:`~ServedTools.solve` plays the oracle on a fresh server from synchronous code (oracle
 validation, the contract); the synchronous ``new_state``/``call`` of an in-memory world do not exist
 here and say so.
 """
@@ -27,13 +27,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Generic
 
-from campflow.bootcamps.base import Bootcamp, Instance, Observation, P, S, Score, ToolArgs
+from campflow.bootcamps.base import Instance, Observation, P, S, Score, ToolArgs
 
 
-class ServedToolsBootcamp(Bootcamp[P, S]):
-    """A bootcamp whose tool layer is a server started (or reset) for each episode; see the module docstring."""
+class ServedTools(Generic[P, S]):
+    """The mixin of a bootcamp whose tool layer is a server started (or reset) for each episode, listed
+    before :class:`~campflow.bootcamps.base.Bootcamp`: ``class MyBootcamp(ServedTools, Bootcamp)``.
+    See the module docstring."""
 
     def episode(self, instance: Instance[P]) -> AbstractAsyncContextManager[S]:
         """Start a fresh server for one episode of ``instance`` and yield its state; stop it on exit.

@@ -42,8 +42,8 @@ from pydantic import ConfigDict, Field
 
 from campflow.bootcamps.adapters.function_calling import RowTool
 from campflow.bootcamps.adapters.function_calling_rows import args_model
-from campflow.bootcamps.base import Action, Instance, Observation, P, State, Tool, ToolArgs, tool
-from campflow.bootcamps.served import ServedToolsBootcamp, run_async
+from campflow.bootcamps.base import Action, Bootcamp, Instance, Observation, P, State, Tool, ToolArgs, tool
+from campflow.bootcamps.served import ServedTools, run_async
 from campflow.errors import ToolError, ToolServerError
 from campflow.mcp.server import ServerSession, ServerSpec, ToolResult, fill, open_server
 
@@ -89,7 +89,7 @@ class McpState(State):
         return self.session.workdir if self.session is not None else None
 
 
-class McpBootcamp(ServedToolsBootcamp[P, McpState]):
+class McpBootcamp(ServedTools[P, McpState], Bootcamp[P, McpState]):
     """A bootcamp whose tool layer is an MCP server (see the module docstring).
 
     Class attributes a subclass sets beside the usual ones:

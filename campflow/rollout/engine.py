@@ -13,7 +13,7 @@ for what no model output reaches: the policy and its endpoint, setting an episod
 ``prompt``, ``tools``), the bootcamp's feedback between turns and scoring, and the machine itself
 (``MemoryError`` stays ``infra_error`` wherever it is raised).
 
-A served bootcamp (:class:`~campflow.bootcamps.served.ServedToolsBootcamp`: the tools are an MCP server)
+A served bootcamp (:class:`~campflow.bootcamps.served.ServedTools`: the tools are an MCP server)
 gets a fresh server per episode, opened before the first turn and stopped when the episode ends however
 it ends; its tool calls are awaited, so its episodes are always under ``episode_timeout``. What the
 server does wrong is ``infra_error``: failing to start, a :class:`~campflow.errors.ToolServerError`
@@ -33,7 +33,7 @@ from typing import Any
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.bootcamps.base import Bootcamp, Instance
 from campflow.bootcamps.messages import content_text, image_parts
-from campflow.bootcamps.served import ServedToolsBootcamp
+from campflow.bootcamps.served import ServedTools
 from campflow.config import RolloutConfig
 from campflow.errors import ContextOverflowError, PolicyError, ToolError, ToolServerError
 from campflow.rollout.episode import RETRYABLE, Episode, Termination
@@ -88,7 +88,7 @@ async def run_episode(
     run_id: str = "",
 ) -> Episode:
     """Play one episode to its end and score it. Never raises (except on cancellation)."""
-    if isinstance(spec.bootcamp, ServedToolsBootcamp):
+    if isinstance(spec.bootcamp, ServedTools):
         return await _run_served(spec, policy, settings, run_id)
     started = time.perf_counter()
     try:

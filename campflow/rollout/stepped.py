@@ -19,6 +19,8 @@ from typing import Any
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.bootcamps.base import Bootcamp, Instance
+from campflow.bootcamps.served import ServedTools
+from campflow.errors import EnvServerError
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episode
 from campflow.rollout.episode import Episode
 
@@ -83,6 +85,11 @@ class SteppedEpisode:
     """
 
     def __init__(self, bootcamp: Bootcamp, instance: Instance, settings: RolloutSettings = RolloutSettings()) -> None:
+        if isinstance(bootcamp, ServedTools):  # its server calls need an event loop; this is driven by hand
+            raise EnvServerError(
+                f"{bootcamp.name}: a bootcamp served by its own tool server (MCP) cannot be stepped one reply at "
+                "a time here; evaluate it with the engine, or serve it with --protocol mcp"
+            )
         self.bootcamp, self.instance = bootcamp, instance
         self._coro = run_episode(EpisodeSpec(bootcamp, instance), _Caller(), settings)
         self._seen = 0
