@@ -25,6 +25,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "reasoning_gym": "adapters",
     "gymnasium": "adapters",
     "openenv": "openenv",
+    "mcp": "mcp",
     "prefect_ray": "scale",
     "ray": "scale",
 }

@@ -146,11 +146,13 @@ def import_mcp(
 
     from campflow.bootcamps.base import format_validation_error
     from campflow.errors import ImportSourceError
+    from campflow.extras import require
     from campflow.mcp.server import ServerSpec
     from campflow.mcp.tasks import read_tasks
     from campflow.storage.imports import import_mcp_tasks
     from campflow.storage.workspace import Workspace
 
+    require("mcp")
     if (server is None) == (url is None):
         raise ImportSourceError("give exactly one of --server (a command) and --url")
     try:
