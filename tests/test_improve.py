@@ -63,7 +63,7 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     assert {"pass_rates.png", "training.png", "outcomes.png"} <= set(pngs)
     for png in pngs:
         assert (page.parent / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert png in page.read_text()
+    assert page.read_text().count('<img src="data:image/png;base64,') >= len(pngs)  # the page stands alone
     text = page.read_text()
     assert "Status: completed" in text and html.escape(decision) in text
     assert " ± " in text  # every difference with its standard error

@@ -7,10 +7,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from campflow.errors import CampflowError
+from campflow.report.episodes import StoredEpisode, episode
 from campflow.storage.promotion import Comparison, compare
 from campflow.storage.store import Store
 
 OUTCOMES = ("fixed", "regressed", "still_failing", "still_passing")  # the columns of cycle_outcome_counts
+
+
+@dataclass
+class ClusterExemplar:
+    """A failure cluster of the starting model: one exemplar failure, and what the candidate did on the same
+    instance (or, where it did not play that instance, on a probe of a variant aimed at the cluster)."""
+
+    bootcamp: str
+    cluster_id: str
+    label: str
+    size: int
+    before: StoredEpisode
+    after: StoredEpisode | None
+    after_on: str  # "the same instance", "a probe of its variants", or "" when the candidate played neither
 
 
 @dataclass
@@ -42,6 +57,7 @@ class CycleFacts:
     sft_loss: list[tuple[int, float]] = field(default_factory=list)
     rl_reward: list[tuple[int, float]] = field(default_factory=list)
     history: list[tuple[str, float | None, float | None, bool | None]] = field(default_factory=list)
+    exemplars: list[ClusterExemplar] = field(default_factory=list)  # per failure cluster of the before-run
 
 
 def cycle_facts(store: Store, cycle_id: str | None = None) -> CycleFacts:
@@ -125,6 +141,10 @@ def cycle_facts(store: Store, cycle_id: str | None = None) -> CycleFacts:
             )
             curve = metrics.get("loss_curve" if target == "sft_loss" else "reward_curve") or []
             setattr(facts, target, [(int(s), float(v)) for s, v in curve])
+    if state.get("eval_before"):
+        facts.exemplars = cluster_exemplars(
+            store, state["eval_before"], state.get("eval_after"), state.get("probe_after")
+        )
     facts.history = [
         (r["cycle_id"], r["before_value"], r["after_value"], r["promoted"])
         for r in store.query(
@@ -142,3 +162,46 @@ def _pass_rates(store: Store, run_id: str | None) -> dict[str, float]:
         r["bootcamp"]: float(r["pass_rate"] or 0.0)
         for r in store.query("SELECT bootcamp, pass_rate FROM pass_rates WHERE run_id = ? ORDER BY bootcamp", [run_id])
     }
+
+
+def cluster_exemplars(
+    store: Store, before_run: str, after_run: str | None, probe_after: str | None = None, per_bootcamp: int = 4
+) -> list[ClusterExemplar]:
+    """Per failure cluster of ``before_run`` (the largest ``per_bootcamp`` of each bootcamp): its first exemplar,
+    and the candidate's episode on the same instance in ``after_run`` or on a probe of the cluster's variants."""
+    out: list[ClusterExemplar] = []
+    taken: dict[str, int] = {}
+    for c in store.query(
+        "SELECT cluster_id, bootcamp, label, size, exemplar_episode_ids FROM clusters WHERE run_id = ? "
+        "AND cluster_id IN (SELECT cluster_id FROM failures WHERE run_id = ?) ORDER BY bootcamp, size DESC, cluster_id",
+        [before_run, before_run],
+    ):
+        if not c["exemplar_episode_ids"] or taken.get(c["bootcamp"], 0) >= per_bootcamp:
+            continue
+        taken[c["bootcamp"]] = taken.get(c["bootcamp"], 0) + 1
+        before = episode(store, c["exemplar_episode_ids"][0])
+        after_id = store.scalar(
+            "SELECT episode_id FROM episodes WHERE run_id = ? AND instance_id = ? ORDER BY sample_index LIMIT 1",
+            [after_run, before.instance_id],
+        )
+        after_on = "the same instance" if after_id else ""
+        if after_id is None and probe_after:
+            after_id = store.scalar(
+                "SELECT e.episode_id FROM episodes e JOIN instances i USING (instance_id) "
+                "JOIN variants v ON v.variant_id = i.variant_id WHERE e.run_id = ? AND v.cluster_id = ? "
+                "ORDER BY e.instance_id, e.sample_index LIMIT 1",
+                [probe_after, c["cluster_id"]],
+            )
+            after_on = "a probe of its variants" if after_id else ""
+        out.append(
+            ClusterExemplar(
+                c["bootcamp"],
+                c["cluster_id"],
+                c["label"],
+                int(c["size"]),
+                before,
+                episode(store, after_id) if after_id else None,
+                after_on,
+            )
+        )
+    return out

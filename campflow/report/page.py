@@ -1,11 +1,16 @@
-"""The report page: PNG plots (matplotlib, no display needed) and an index.html that shows them."""
+"""The report page: one index.html that stands alone (its plots inline as data URLs), the decision first, then
+the figures, and per failure cluster what the starting model did and what the candidate does now. The plots are
+also written beside it as PNG files, for slides and attachments."""
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 from pathlib import Path
 
 from campflow.report.facts import OUTCOMES, CycleFacts
+from campflow.report.html_transcript import TRANSCRIPT_CSS, transcript_html
 from campflow.storage.promotion import binomial_se
 
 
@@ -17,12 +22,14 @@ def write_report(facts: CycleFacts, out_dir: Path) -> Path:
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures: list[tuple[str, str]] = []
+    figures: list[tuple[str, str]] = []  # (data URL, caption)
 
     def save(fig, name: str, caption: str) -> None:
-        fig.savefig(out_dir / name, dpi=110, bbox_inches="tight")  # long labels widen the image, not clip
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110, bbox_inches="tight")  # long labels widen the image, not clip
         plt.close(fig)
-        figures.append((name, caption))
+        (out_dir / name).write_bytes(png.getvalue())
+        figures.append((f"data:image/png;base64,{base64.b64encode(png.getvalue()).decode()}", caption))
 
     if facts.pass_before or facts.pass_after:
         names = sorted(set(facts.pass_before) | set(facts.pass_after))
@@ -113,12 +120,13 @@ def write_report(facts: CycleFacts, out_dir: Path) -> Path:
 def _html(facts: CycleFacts, figures: list[tuple[str, str]]) -> str:
     e = html.escape
     decision = {True: "promoted", False: "not promoted", None: "undecided"}[facts.promoted]
+    verdict = {True: "promoted", False: "kept", None: "undecided"}[facts.promoted]
     rows = "".join(
         f"<tr><td>{e(b)}</td><td>{facts.pass_before.get(b, 0):.1%}</td><td>{facts.pass_after.get(b, 0):.1%}</td></tr>"
         for b in sorted(set(facts.pass_before) | set(facts.pass_after))
     )
     imgs = "".join(
-        f'<figure><img src="{e(n)}" alt="{e(c)}"><figcaption>{e(c)}</figcaption></figure>' for n, c in figures
+        f'<figure><img src="{url}" alt="{e(c)}"><figcaption>{e(c)}</figcaption></figure>' for url, c in figures
     )
     before = "n/a" if facts.before_value is None else f"{facts.before_value:.1%}"
     after = "n/a" if facts.after_value is None else f"{facts.after_value:.1%}"
@@ -132,18 +140,46 @@ def _html(facts: CycleFacts, figures: list[tuple[str, str]]) -> str:
     tables = _tables(facts)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>campflow cycle {e(facts.cycle_id)}</title>
-<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}td,th{{padding:4px 12px}}
-figure{{display:inline-block;margin:1em}}img{{max-width:440px}}</style></head><body>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}td,th{{padding:4px 12px}}
+figure{{display:inline-block;margin:1em}}figure img{{max-width:500px}}
+#decision{{padding:8px 16px;border-radius:6px;background:#eef6ee}}#decision.kept{{background:#fbf3e4}}
+.pair{{display:flex;gap:12px}}.pair>div{{flex:1;min-width:0}}{TRANSCRIPT_CSS}</style></head><body>
 <h1>Improvement cycle {e(facts.cycle_id)}</h1>
+<section id="decision" class="{verdict}"><h2>Decision: {decision}</h2>
+<p class="reason">{e(facts.decision or "not decided yet")}</p>
 <p>Status: {e(facts.status)}. Model {e(str(facts.base_model_id))} &rarr; candidate {e(str(facts.candidate_model_id))}:
-{e(str(facts.metric))} {before} &rarr; {after}, <b>{decision}</b>.</p>
-<p>Decision: {e(facts.decision or "not decided yet")}</p>
+{e(str(facts.metric))} {before} &rarr; {after}.</p></section>
 <h2>Eval split (each rate &plusmn; its binomial standard error; a difference &plusmn; the SE of the difference)</h2>
 <table><tr><th>scope</th><th>before</th><th>after</th><th>change</th></tr>{rows}</table>
 {tables}
 {imgs}
+{_exemplars(facts)}
 </body></html>
 """
+
+
+def _exemplars(facts: CycleFacts) -> str:
+    """Per failure cluster: an exemplar failure of the starting model beside the candidate on the same task."""
+    if not facts.exemplars:
+        return ""
+    e = html.escape
+    out = ["<h2>Failure clusters: what the starting model did, and what the candidate does now</h2>"]
+    for x in facts.exemplars:
+        if x.after is not None:
+            after = (
+                f"<h4>candidate ({e(x.after.model_id)}) on {e(x.after_on)}: {e(x.after.termination)}, "
+                f"reward {x.after.reward:.2f}</h4>{transcript_html(x.after)}"
+            )
+        else:
+            after = "<h4>candidate</h4><p>The candidate played neither this instance nor a probe of this cluster.</p>"
+        out.append(
+            f'<section class="cluster" id="cluster-{e(x.cluster_id)}"><h3>{e(x.bootcamp)}: {e(x.label)} '
+            f'({x.size} failures)</h3><div class="pair"><div class="before"><h4>starting model '
+            f"({e(x.before.model_id)}), level {x.before.level}, instance {e(x.before.instance_id)}: "
+            f"{e(x.before.termination)}, reward {x.before.reward:.2f}</h4>{transcript_html(x.before)}</div>"
+            f'<div class="after">{after}</div></div></section>'
+        )
+    return "\n".join(out)
 
 
 def _tables(facts: CycleFacts) -> str:

@@ -1,0 +1,83 @@
+"""The cycle report stands alone: inline images, the decision first, a failure and its after-image per cluster."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from campflow.report.facts import cycle_facts
+from campflow.report.page import write_report
+from campflow.storage.workspace import Workspace
+from tests.recorded_cycle import CYCLE, record_cycle
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> tuple[Workspace, Path]:
+    """A recorded cycle and its report page."""
+    ws = Workspace(tmp_path_factory.mktemp("report") / "ws")
+    record_cycle(ws)
+    return ws, write_report(cycle_facts(ws.store, CYCLE), ws.path / "reports" / CYCLE)
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str, str]] = []  # tag, attribute, value
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.links += [(tag, k, v or "") for k, v in attrs if k in ("src", "href", "srcset", "poster", "data")]
+
+
+def test_the_report_links_no_local_file_and_its_images_are_inline_pngs(report) -> None:
+    _, page = report
+    text = page.read_text()
+    parser = _Links()
+    parser.feed(text)
+    images = [v for tag, k, v in parser.links if tag == "img"]
+    assert len(images) >= 4  # the plots and the chart exemplars' frames
+    for tag, attribute, value in parser.links:
+        assert value.startswith("data:") or value.startswith("#"), f"<{tag} {attribute}={value[:60]!r}> needs a file"
+    for url in images:
+        head, data = url.split(",", 1)
+        assert head == "data:image/png;base64" and base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "url(" not in text  # no stylesheet reaching for a file either
+
+
+def test_the_decision_and_its_reason_come_first(report) -> None:
+    ws, page = report
+    text = page.read_text()
+    promoted, reason = ws.store.query("SELECT promoted, decision FROM cycles WHERE cycle_id = ?", [CYCLE])[0].values()
+    decision = text.index('<section id="decision"')
+    assert decision < text.index("<table") and decision < text.index("<img")
+    head = text[decision : text.index("</section>", decision)]
+    assert ("Decision: promoted" if promoted else "Decision: not promoted") in head and html.escape(reason) in head
+
+
+def test_each_cluster_shows_an_exemplar_failure_and_the_candidate_on_the_same_instance(report) -> None:
+    ws, page = report
+    text = page.read_text()
+    clusters = ws.store.query(
+        "SELECT cluster_id, bootcamp, label, exemplar_episode_ids[1] AS exemplar FROM clusters WHERE run_id = ?",
+        [f"{CYCLE}-before"],
+    )
+    assert {c["bootcamp"] for c in clusters} == {"calculator", "chart"}
+    for c in clusters:
+        start = text.index(f'id="cluster-{c["cluster_id"]}"')
+        section = text[start : text.index("</section>", start)]
+        assert html.escape(c["label"]) in section
+        before = re.search(r'class="before".*?data-episode="(\w+)"', section).group(1)
+        after = re.search(r'class="after".*?data-episode="(\w+)"', section).group(1)
+        assert before == c["exemplar"]
+        (pair,) = ws.store.query(
+            "SELECT b.instance_id = a.instance_id AS same, a.run_id FROM episodes b, episodes a "
+            "WHERE b.episode_id = ? AND a.episode_id = ?",
+            [before, after],
+        )
+        assert pair["same"] and pair["run_id"] == f"{CYCLE}-after" and "on the same instance" in section
+        assert "→ submit(" in section or "→ calculate(" in section  # the transcripts' tool calls are there
+        assert section.count("ended: ") == 2
