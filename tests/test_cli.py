@@ -86,11 +86,7 @@ def test_unknown_bootcamp_lists_the_known_ones(tmp_path) -> None:
 def test_bootcamps_list_show_and_sample(tmp_path) -> None:
     listed = run_cli("bootcamps", "list", cwd=tmp_path)
     assert listed.returncode == 0
-    rows = {
-        line.split("│")[1].strip(): line
-        for line in listed.stdout.splitlines()
-        if line.count("│") > 4 and line.split("│")[1].strip()
-    }
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines() if len(line.split()) == 4}  # table rows
     for name in ("calculator", "maze", "filesystem", "sql", "shop", "calendar", "wordle"):
         assert "text" in rows[name]
     for name in ("gridworld", "chart", "gui"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from campflow.report.facts import cycle_facts
 from campflow.report.page import write_report
 from campflow.storage.workspace import Workspace
+from tests.conftest import run_cli
 from tests.recorded_cycle import CYCLE, record_cycle
 
 
@@ -81,3 +83,44 @@ def test_each_cluster_shows_an_exemplar_failure_and_the_candidate_on_the_same_in
         assert pair["same"] and pair["run_id"] == f"{CYCLE}-after" and "on the same instance" in section
         assert "→ submit(" in section or "→ calculate(" in section  # the transcripts' tool calls are there
         assert section.count("ended: ") == 2
+
+
+def test_listings_print_json_for_scripts(report) -> None:
+    ws, _ = report
+    db = str(ws.db_path)
+    runs = json.loads(_ok(run_cli("runs", "--json", "--db", db)))
+    assert {r["run_id"] for r in runs} == {f"{CYCLE}-before", f"{CYCLE}-after"}
+    assert all(r["episodes"] == 12 and 0 <= r["pass_rate"] <= 1 and r["started"] for r in runs)
+    (cycle,) = json.loads(_ok(run_cli("cycles", "--json", "--db", db)))
+    stored = ws.store.query("SELECT decision, promoted FROM cycles")[0]
+    assert cycle["cycle_id"] == CYCLE and (cycle["decision"], cycle["promoted"]) == (
+        stored["decision"],
+        stored["promoted"],
+    )
+    failures = json.loads(_ok(run_cli("failures", "--run", f"{CYCLE}-before", "--json", "--db", db)))
+    assert failures["run_id"] == f"{CYCLE}-before" and failures["categories"] and failures["clusters"]
+    assert {c["cluster_id"] for c in failures["clusters"]} == {
+        r["cluster_id"] for r in ws.store.query("SELECT cluster_id FROM clusters")
+    }
+    assert json.loads(_ok(run_cli("imports", "--json", "--db", db))) == []
+    bootcamps = {b["name"]: b for b in json.loads(_ok(run_cli("bootcamps", "list", "--json", "--db", db)))}
+    assert bootcamps["chart"]["modality"] == "vision" and bootcamps["calculator"]["summary"]
+
+
+def test_listings_read_in_80_columns_with_long_text_under_the_table(report) -> None:
+    ws, _ = report
+    db = str(ws.db_path)
+    decision = ws.store.scalar("SELECT decision FROM cycles")
+    for args in (("cycles",), ("runs",), ("failures", "--run", f"{CYCLE}-before")):
+        out = _ok(run_cli(*args, "--db", db, env={"COLUMNS": "80"}))
+        assert max(len(line) for line in out.splitlines()) <= 80, out
+        if args == ("cycles",):
+            table, under = out.split(f"{CYCLE}  decision: ", 1)
+            assert " ".join(under.split()).startswith(" ".join(decision.split())) and "decision" not in table
+            row = next(line for line in table.splitlines() if line.split()[:1] == [CYCLE])
+            assert "completed" in row  # one line per cycle, not a column folded word by word
+
+
+def _ok(result) -> str:  # noqa: ANN001
+    assert result.returncode == 0, result.stderr
+    return result.stdout

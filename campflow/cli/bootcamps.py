@@ -14,14 +14,14 @@ from rich.panel import Panel
 
 from campflow.bootcamps.messages import content_text
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import ConfigOption, DbOption, JsonOption, config_with, console, print_rows, table
 
 bootcamps_app = typer.Typer(help="List, explain and sample the bootcamps.", no_args_is_help=True)
 app.add_typer(bootcamps_app, name="bootcamps")
 
 
 @bootcamps_app.command("list")
-def list_command(config: Path | None = ConfigOption, db: Path | None = DbOption) -> None:
+def list_command(as_json: bool = JsonOption, config: Path | None = ConfigOption, db: Path | None = DbOption) -> None:
     """Every registered bootcamp (built-in and imported) with its modality, levels and summary."""
     from campflow.errors import CampflowError
     from campflow.storage.workspace import Workspace
@@ -36,7 +36,13 @@ def list_command(config: Path | None = ConfigOption, db: Path | None = DbOption)
             continue
         summary = (type(b).__doc__ or "").strip().splitlines()[0] if type(b).__doc__ else ""
         rows.append((b.name, b.modality, ",".join(str(lv) for lv in sorted(b.levels)), entry.origin, summary))
-    console.print(table(["name", "modality", "levels", "origin", "summary"], rows, title="bootcamps"))
+    print_rows(
+        ["name", "modality", "levels", "origin", "summary"],
+        rows,
+        as_json=as_json,
+        title="bootcamps",
+        below=("summary",),
+    )
 
 
 @bootcamps_app.command("show")

@@ -17,14 +17,15 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from campflow.progress import Reporter, Throughput
+from campflow.progress import LineReporter, Reporter, Throughput
 
 
 class RichReporter(Reporter):
     """Progress bars, one per unit of work; safe to call from worker threads.
 
-    Where the console is not a terminal (CI logs, ``make run > log``) the bars cannot redraw, so each
-    unit of work also prints a line when it starts and when it finishes.
+    Where the console is not a terminal (CI logs, ``make run > log``) the bars cannot redraw: a
+    :class:`~campflow.progress.LineReporter` prints plain lines instead, when each unit of work starts and
+    ends and every 30 s in between.
     """
 
     def __init__(self, console: Console | None = None) -> None:
@@ -42,16 +43,27 @@ class RichReporter(Reporter):
         self._tasks: dict[str, TaskID] = {}
         self._meters: dict[str, tuple[Throughput, str]] = {}
         self._lock = threading.Lock()
-        self._lines = not self.progress.console.is_terminal
+        console = self.progress.console
+        self._lines = (
+            None
+            if console.is_terminal
+            else LineReporter(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+        )
 
     def __enter__(self) -> RichReporter:
-        self.progress.start()
+        if self._lines is not None:
+            self._lines.__enter__()
+        else:
+            self.progress.start()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.progress.stop()
+        if self._lines is not None:
+            self._lines.__exit__(exc_type, exc, tb)
+        else:
+            self.progress.stop()
 
     def start(self, key: str, description: str, total: int | None) -> None:
         with self._lock:
@@ -60,13 +72,15 @@ class RichReporter(Reporter):
                 self.progress.reset(self._tasks[key], total=total, description=description)
             else:
                 self._tasks[key] = self.progress.add_task(description, total=total)
-        if self._lines:
-            self.note(f"{description} ..." if total is None else f"{description} (0/{total}) ...")
+        if self._lines is not None:
+            self._lines.start(key, description, total)
 
     def advance(self, key: str, steps: int = 1) -> None:
         with self._lock:
             if key in self._tasks:
                 self.progress.advance(self._tasks[key], steps)
+        if self._lines is not None:
+            self._lines.advance(key, steps)
 
     def episode(self, key: str, tokens: int, turns: int, latency_s: float) -> None:
         """Advance ``key`` and show its episodes/s, tokens/s and the policy's latency per turn."""
@@ -78,11 +92,15 @@ class RichReporter(Reporter):
             meter, label = self._meters[key]
             meter.add(tokens, turns, latency_s)
             self.progress.update(self._tasks[key], advance=1, description=f"{label} ({meter.describe()})")
+        if self._lines is not None:
+            self._lines.episode(key, tokens, turns, latency_s)
 
     def update(self, key: str, description: str) -> None:
         with self._lock:
             if key in self._tasks:
                 self.progress.update(self._tasks[key], description=description)
+        if self._lines is not None:
+            self._lines.update(key, description)
 
     def finish(self, key: str) -> None:
         with self._lock:
@@ -90,8 +108,11 @@ class RichReporter(Reporter):
                 task = self.progress.tasks[self._tasks[key]]
                 if task.total is not None:
                     self.progress.update(self._tasks[key], completed=task.total)
-                if self._lines:
-                    self.note(f"{task.description}: done in {task.elapsed or 0.0:.1f}s")
+        if self._lines is not None:
+            self._lines.finish(key)
 
     def note(self, message: str) -> None:
-        self.progress.console.log(message)
+        if self._lines is not None:
+            self._lines.note(message)
+        else:
+            self.progress.console.log(message)

@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import ConfigOption, DbOption, JsonOption, config_with, console, print_rows
 
 import_app = typer.Typer(help="Import tasks other people wrote as bootcamps.", no_args_is_help=True)
 app.add_typer(import_app, name="import")
@@ -184,6 +184,7 @@ def import_mcp(
 @app.command("imports")
 def imports_command(
     remove: str | None = typer.Option(None, "--remove", help="forget the import of this name"),
+    as_json: bool = JsonOption,
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
@@ -203,7 +204,8 @@ def imports_command(
         (r["name"], r["adapter"], r["source"], r["version"], r["options"], f"{r['created_at']:%Y-%m-%d %H:%M}")
         for r in recorded_rows(store)
     ]
-    console.print(table(["name", "adapter", "source", "version", "options", "imported"], rows, title="imports"))
+    columns = ["name", "adapter", "source", "version", "options", "imported"]
+    print_rows(columns, rows, as_json=as_json, title="imports", below=("options",))
 
 
 def _import(

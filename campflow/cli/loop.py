@@ -7,7 +7,16 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table, when_stopped
+from campflow.cli.common import (
+    ConfigOption,
+    DbOption,
+    JsonOption,
+    config_with,
+    console,
+    print_rows,
+    table,
+    when_stopped,
+)
 from campflow.cli.evaluate import quiet_prefect
 
 
@@ -195,7 +204,7 @@ def report(
 
 
 @app.command()
-def cycles(config: Path | None = ConfigOption, db: Path | None = DbOption) -> None:
+def cycles(as_json: bool = JsonOption, config: Path | None = ConfigOption, db: Path | None = DbOption) -> None:
     """List improvement cycles with their figures and decisions."""
     cfg = config_with(config, db)
     from campflow.storage.query import run_sql
@@ -206,4 +215,11 @@ def cycles(config: Path | None = ConfigOption, db: Path | None = DbOption) -> No
         "round(before_value, 4) AS before, round(after_value, 4) AS after, promoted, decision, "
         "strftime(started_at, '%Y-%m-%d %H:%M') AS started FROM cycles ORDER BY started_at DESC",
     )
-    console.print(table(result.columns, result.rows, title="cycles"))
+    # 80 columns: the models and the decision (a sentence) go under the table
+    print_rows(
+        result.columns,
+        result.rows,
+        as_json=as_json,
+        title="cycles",
+        below=("metric", "base_model_id", "candidate_model_id", "decision"),
+    )

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import ConfigOption, DbOption, JsonOption, config_with, console, print_rows, table
 from campflow.errors import QueryError
 from campflow.storage.query import run_sql
 
@@ -52,6 +52,7 @@ def sql(
 @app.command()
 def runs(
     limit: int = typer.Option(20, "--limit", help="most recent runs to show"),
+    as_json: bool = JsonOption,
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
@@ -71,7 +72,22 @@ def runs(
         "GROUP BY r.run_id, r.kind, r.model_id, r.status, r.started_at, r.finished_at ORDER BY r.started_at DESC "
         f"LIMIT {int(limit)}",
     )
-    console.print(table(result.columns, result.rows, title="runs"))
+    if as_json:
+        print_rows(result.columns, result.rows, as_json=True)
+        return
+    # 80 columns: the model and the throughput go under the table
+    shown = ["run_id", "kind", "status", "started", "seconds", "episodes", "pass_rate", "model", "throughput"]
+    rows = []
+    for row in result.rows:
+        r = dict(zip(result.columns, row))
+        speed = (
+            None
+            if r["ep_per_s"] is None
+            else f"{r['ep_per_s']} ep/s, {r['tok_per_s']:.0f} tok/s, {r['ms_per_turn']:.0f} ms/turn"
+        )
+        r["started"] = r["started"] and r["started"][5:16]  # MM-DD HH:MM: the year is in --json
+        rows.append([*(r[c] for c in shown[:7]), r["model_id"], speed])
+    print_rows(shown, rows, title="runs", below=("model", "throughput"))
 
 
 def _json_default(value: Any) -> Any:

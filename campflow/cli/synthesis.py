@@ -8,7 +8,17 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, bootcamp_names, config_with, console, table
+from campflow.cli.common import (
+    ConfigOption,
+    DbOption,
+    JsonOption,
+    bootcamp_names,
+    config_with,
+    console,
+    print_json,
+    print_rows,
+    table,
+)
 
 BootcampsOption = typer.Option(None, "--bootcamps", "-b", help="only these bootcamps (comma-separated)")
 
@@ -39,6 +49,7 @@ def failures(
     run: str | None = typer.Option(None, "--run", "-r", help="run id (default: the latest run with episodes)"),
     bootcamps: str | None = BootcampsOption,
     refresh: bool = typer.Option(False, "--refresh", help="mine and cluster again even if already done"),
+    as_json: bool = JsonOption,
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
@@ -49,9 +60,15 @@ def failures(
     ws = _open_workspace(cfg)
     store = ws.store
     run_id = resolve_run(store, run)
-    with console.status(f"mining and clustering the failures of {run_id}"):
+    if as_json:
         analyze_run(store, run_id, cfg.synthesis, bootcamps=_names(ws, bootcamps), refresh=refresh)
+    else:
+        with console.status(f"mining and clustering the failures of {run_id}"):
+            analyze_run(store, run_id, cfg.synthesis, bootcamps=_names(ws, bootcamps), refresh=refresh)
     categories, clusters = failure_report(store, run_id)
+    if as_json:
+        print_json({"run_id": run_id, "categories": categories, "clusters": clusters})
+        return
     if not categories:
         console.print(f"run {run_id} has no model failures")
         return
@@ -62,16 +79,17 @@ def failures(
             title=f"failure categories of {run_id}",
         )
     )
-    console.print(
-        table(
-            ["bootcamp", "cluster", "size", "label", "exemplar episode", "accepted", "rejected"],
-            [
-                (r["bootcamp"], r["cluster_id"], r["size"], r["label"], r["exemplar"], r["accepted"], r["rejected"])
-                for r in clusters
-            ],
-            title="clusters",
-        )
+    # 80 columns: a cluster's label and its exemplar episode go under the table, after its id
+    print_rows(
+        ["cluster", "bootcamp", "size", "accepted", "rejected", "label", "exemplar"],
+        [
+            (r["cluster_id"], r["bootcamp"], r["size"], r["accepted"], r["rejected"], r["label"], r["exemplar"])
+            for r in clusters
+        ],
+        title="clusters",
+        below=("label", "exemplar"),
     )
+    console.print(f"read one: campflow show EPISODE_ID, or campflow show --run {run_id} --cluster CLUSTER")
     console.print(
         f"lineage of variants: campflow sql \"SELECT * FROM variant_lineage WHERE failure_run_id = '{run_id}'\""
     )

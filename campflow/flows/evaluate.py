@@ -24,6 +24,7 @@ from campflow.flows.runners import task_runner
 from campflow.storage.names import check_run_id
 from campflow.storage.store import Store
 from campflow.storage.workspace import Workspace
+from campflow.tasks.artifacts import run_artifact_task
 from campflow.tasks.rollout import ShardItem, shard_items
 
 
@@ -89,6 +90,7 @@ def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "e
         store.finish_run(run_id, "completed", summary.as_dict())
     except BaseException as exc:
         fail_run(store, run_id, exc)
+    run_artifact_task(store, run_id)  # the run's pass rates in the Prefect UI
     return summary
 
 

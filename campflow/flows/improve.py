@@ -44,6 +44,7 @@ from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
 from campflow.storage.workspace import Workspace
 from campflow.synthesis.curriculum import current_level, train_levels
+from campflow.tasks.artifacts import cycle_artifacts_task
 from campflow.tasks.synthesis import (
     mine_failures_task,
     synthesize_task,
@@ -347,6 +348,7 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             page = write_report(facts, cfg.improve.reports_dir / cycle.cycle_id)
             if cfg.improve.inspect_logs:
                 export_runs(store, cycle_runs(store, cycle.cycle_id, state), page.parent / "inspect")
+            cycle_artifacts_task(facts, page)  # what the Prefect UI shows of the cycle
             done("report", report=str(page))
         cycles.finish(store, cycle)
     except BaseException as exc:
