@@ -29,6 +29,8 @@ function               command                       defined in
 ``train_sft``          ``campflow train sft``        ``campflow.training.sft``
 ``train_rl``           ``campflow train rl``         ``campflow.training.rl``
 ``import_bootcamp``    ``campflow import``           ``campflow.storage.imports``
+``check``              ``campflow bootcamps check``  ``campflow.authoring.bootcamp_file``
+``import_own``         ``campflow import bootcamp``  ``campflow.authoring.bootcamp_file``
 ``author_bootcamp``    ``campflow author``           ``campflow.authoring.author``
 ``run_sql``            ``campflow sql``              ``campflow.storage.query``
 ``write_report``       ``campflow report``           ``campflow.report.page``
@@ -70,6 +72,8 @@ API: dict[str, tuple[str, str]] = {
     "train_sft": ("campflow.training.sft", "train_sft"),
     "train_rl": ("campflow.training.rl", "train_rl"),
     "import_bootcamp": ("campflow.storage.imports", "import_bootcamp"),
+    "check": ("campflow.authoring.bootcamp_file", "check_bootcamp"),
+    "import_own": ("campflow.authoring.bootcamp_file", "import_own_bootcamp"),
     "author_bootcamp": ("campflow.authoring.author", "author_bootcamp"),
     "run_sql": ("campflow.storage.query", "run_sql"),
     "write_report": ("campflow.report.page", "write_report"),

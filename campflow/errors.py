@@ -121,3 +121,12 @@ class ExportError(CampflowError):
     or output folder."""
 
     exit_code = 2
+
+
+class BootcampCheckError(CampflowError):
+    """A bootcamp file failed ``campflow bootcamps check``'s checks, so it was not imported; ``report``
+    holds every verdict."""
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report

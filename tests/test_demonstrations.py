@@ -3,8 +3,9 @@ passes only what the prompt and earlier tool results show, and still solves the 
 
 The grounding checker (:func:`campflow.bootcamps.demonstration.ungrounded`) is generic: it cuts every
 argument of every call into tokens (times, numbers, words) and looks each up among the tokens shown
-before the call. What needs no grounding is listed below per bootcamp, with the reason. Two worlds
-need a rule of their own, because their arguments are directions or pixels rather than names: in the
+before the call. What needs no grounding each bootcamp lists itself (its ``grounding`` exemptions,
+with the reason), and :meth:`~campflow.bootcamps.base.Bootcamp.ungrounded_arguments` applies both. Two
+worlds need a rule of their own, because their arguments are directions or pixels rather than names: in the
 maze a move must be one a map of the seen cells justifies, in the gui a click must hit a box the last
 screen showed. The checker is held to catching the privileged oracle where it acts on hidden state.
 """
@@ -12,8 +13,6 @@ screen showed. The checker is held to catching the privileged oracle where it ac
 from __future__ import annotations
 
 import asyncio
-import re
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,51 +21,10 @@ import pytest
 from campflow.agents.base import Policy
 from campflow.agents.oracle import DemonstratorPolicy, OraclePolicy
 from campflow.bootcamps import registry
-from campflow.bootcamps.demonstration import (
-    Exemptions,
-    exchanges,
-    messages_text,
-    schema_enums,
-    shown_text,
-    tool_calls,
-    ungrounded,
-)
-from campflow.bootcamps.maze.bootcamp import STEPS, WALL, observed_cells
+from campflow.bootcamps.demonstration import exchanges, tokens, ungrounded
 from campflow.rollout.engine import EpisodeSpec, run_episode
 
 SEEDS = range(8)
-DIRECTIONS = frozenset(STEPS)
-SQL_WORDS = frozenset(
-    "select distinct from where and or not in is null like between join inner left on as group by having "
-    "order asc desc limit count sum avg min max round lower upper".split()
-)
-
-#: What each bootcamp's calls may hold without having been shown, and why.
-EXEMPT: dict[str, Exemptions] = {
-    "calculator": Exemptions(),
-    "calendar": Exemptions(),
-    "chart": Exemptions(),
-    "filesystem": Exemptions(),
-    # the directions are listed in the tools' own descriptions
-    "gridworld": Exemptions(syntax={"move": DIRECTIONS, "unlock": DIRECTIONS}),
-    # pixels are not names: a click is checked against the boxes the screen showed (click_hits_a_box)
-    "gui": Exemptions(fields=frozenset({("click", "x"), ("click", "y")})),
-    "maze": Exemptions(),
-    # a page number walks through the pages the tool reported ("Page 1 of N"); the tool refuses others
-    "shop": Exemptions(fields=frozenset({("search", "page")})),
-    # SQL's own words, the aliases a query makes up (FROM orders o) and its LIMIT
-    "sql": Exemptions(
-        syntax={"query": SQL_WORDS},
-        defines={
-            "query": (
-                re.compile(r"\b(?:FROM|JOIN)\s+\w+\s+(?:AS\s+)?(\w+)", re.I),
-                re.compile(r"\bLIMIT\s+(\d+)", re.I),
-            )
-        },
-    ),
-    # a guess is a free choice among the vocabulary the prompt names (the oracle reads only the feedback)
-    "wordle": Exemptions(fields=frozenset({("guess", "word")})),
-}
 
 
 def _text_twin(bootcamp: Any, level: int) -> Any:
@@ -84,85 +42,13 @@ def _play(name: str, params: Any, seed: int, policy: Policy) -> Any:
     return bootcamp, instance, asyncio.run(run_episode(EpisodeSpec(bootcamp, instance), policy))
 
 
-def _optimistic_distance(
-    width: int, height: int, walls: set[tuple[int, int]], start: tuple[int, int], goal: tuple[int, int]
-) -> int:
-    dist = {start: 0}
-    queue = deque([start])
-    while queue:
-        x, y = queue.popleft()
-        for dx, dy in STEPS.values():
-            nxt = (x + dx, y + dy)
-            if 0 <= nxt[0] < width and 0 <= nxt[1] < height and nxt not in walls and nxt not in dist:
-                dist[nxt] = dist[(x, y)] + 1
-                queue.append(nxt)
-    return dist.get(goal, 1 << 30)
-
-
-def maze_moves_follow_the_seen_map(instance: Any, transcript: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Moves a map of the cells seen before them does not justify.
-
-    Unseen cells look alike to an agent that has not seen them, so a move must shorten the shortest
-    route the seen map allows (seen walls avoided, unseen cells assumed open) and enter a cell seen
-    open; preferring a route that looks longer can only come from knowing cells not yet seen.
-    """
-    p, goal = instance.params, tuple(instance.data["goal"])
-    problems, here = [], tuple(instance.data["start"])
-    for i in range(len(transcript)):
-        message = transcript[i]
-        if message.get("role") != "assistant":
-            continue
-        seen = observed_cells(shown_text(transcript[:i]))
-        walls = {c for c, v in seen.items() if v == WALL}
-        for name, args in tool_calls([message]):
-            if name != "move":
-                continue
-            dx, dy = STEPS[args["direction"]]
-            nxt = (here[0] + dx, here[1] + dy)
-            before = _optimistic_distance(p.width, p.height, walls, here, goal)
-            after = _optimistic_distance(p.width, p.height, walls, nxt, goal)
-            if seen.get(nxt) != "." or after != before - 1:
-                problems.append(
-                    f"move {args['direction']} from {here} (seen: {seen.get(nxt)}, route {before} -> {after})"
-                )
-            if seen.get(nxt) == ".":
-                here = nxt
-    return problems
-
-
-_BOX = re.compile(r"\((\d+), (\d+), (\d+), (\d+)\)")
-
-
-def click_hits_a_box(transcript: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Clicks outside every box the most recent screen (prompt, screenshot or action result) showed."""
-    problems, boxes = [], []
-    for message in transcript:
-        if message.get("role") in ("user", "tool"):
-            found = [tuple(map(int, b)) for b in _BOX.findall(messages_text(message))]
-            boxes = found or boxes
-        for name, args in tool_calls([message]) if message.get("role") == "assistant" else ():
-            if name == "click" and not any(x0 <= args["x"] < x1 and y0 <= args["y"] < y1 for x0, y0, x1, y1 in boxes):
-                problems.append(f"click ({args['x']}, {args['y']}) hits no box shown")
-    return problems
-
-
 def violations(name: str, bootcamp: Any, instance: Any, transcript: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Everything ungrounded in one transcript: the generic token check and the world's own rule."""
-    exempt = EXEMPT[name]
-    exempt = Exemptions(exempt.fields, exempt.syntax, schema_enums(bootcamp.tool_schemas(instance)), exempt.defines)
-    found = ungrounded(transcript, exempt)
-    if name == "maze":
-        found += maze_moves_follow_the_seen_map(instance, transcript)
-    if name == "gui":
-        found += click_hits_a_box(transcript)
-    return found
+    """Everything ungrounded in one transcript, by the bootcamp's own rule (its ``grounding`` exemptions,
+    and the maze's seen map and the gui's boxes where arguments are directions or pixels)."""
+    return bootcamp.ungrounded_arguments(instance, transcript)
 
 
 CASES = [(name, level) for name in registry.BUILTIN for level in sorted(registry.make(name).levels)]
-
-
-def test_every_builtin_bootcamp_has_a_grounding_rule() -> None:
-    assert set(EXEMPT) == set(registry.BUILTIN)
 
 
 @pytest.mark.parametrize(("name", "level"), CASES)
@@ -239,3 +125,22 @@ def test_bootcamps_sample_shows_the_demonstration_listing_before_it_cancels(tmp_
     assert out.returncode == 0, out.stderr
     assert "demonstration: solved" in out.stdout
     assert out.stdout.index("-> list_events(") < out.stdout.index("-> cancel_event(")
+
+
+def test_a_count_written_after_a_letter_is_shown_bolt_x2() -> None:
+    # "bolt x2" shows a count of 2: a demonstrator that picks 2 bolts passes what it saw
+    assert {"bolt", "x2", "2"} <= tokens("bin b3: bolt x2", shown=True)
+    transcript = [
+        {"role": "tool", "tool_call_id": "c0", "content": "bin b3: bolt x2"},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "pick", "arguments": '{"bin": "b3", "item": "bolt", "count": 2}'},
+                }
+            ],
+        },
+    ]
+    assert ungrounded(transcript) == []

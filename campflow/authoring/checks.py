@@ -16,6 +16,10 @@ check               passes when
 ``wrong_answer``    per level, a wrong ending never succeeds and stays within ``wrong_answer_bound``
                     (:func:`~campflow.bootcamps.contract.check_wrong_endings_bounded`), and an episode
                     in which the agent did nothing does not succeed
+``grounded``        per level, only with ``plan["grounding"]`` (``campflow bootcamps check``): the
+                    demonstrator, played with a transcript as the engine builds one, passes only what
+                    was shown before each call, never ends wrong and solves 90% of the instances
+                    (:func:`~campflow.bootcamps.contract.check_demonstration_grounded`)
 ``examples``        each example's input, through the module's ``example_identity``, is solved by the
                     oracle with the example's answer (:func:`answers_match`); only with examples
 ``across_processes`` per level, a second process (another hash seed, the opposite order) generates the
@@ -24,7 +28,7 @@ check               passes when
 ==================  ================================================================================
 
 Each check becomes one verdict event (``check``, ``level``, ``passed``, ``reason``, ``evidence``: the
-seed, the instance, the traceback's tail); a ``start`` event before it lets the parent blame the right
+seed, the instance, the step played last, the traceback's tail); a ``start`` event before it lets the parent blame the right
 check when the process dies or runs out of time inside it.
 """
 
@@ -53,10 +57,11 @@ CHECKS: tuple[str, ...] = (
     "deterministic",
     "oracle",
     "wrong_answer",
+    "grounded",
     "examples",
     "across_processes",
 )
-LEVEL_CHECKS = ("deterministic", "oracle", "wrong_answer", "across_processes")  # one verdict per level
+LEVEL_CHECKS = ("deterministic", "oracle", "wrong_answer", "grounded", "across_processes")  # one verdict per level
 MODULE_FILE = "module.py"  # the module's name in its sandbox folder
 EVIDENCE_CHARS = 1500
 
@@ -76,10 +81,15 @@ def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[st
         name=plan["name"],
         adapter="authored",
         source=str(Path(MODULE_FILE).resolve()),
-        options={"sha256": plan["sha256"]},
+        options={"sha256": plan["sha256"], **({"class": plan["class"]} if plan.get("class") else {})},
     )
     made: list[Bootcamp] = []
-    if not runner.check("imports", None, lambda ev: made.append(build(spec))):
+    if plan.get("builtin"):  # a built-in bootcamp, as the registry builds it (its own version and instances)
+        from campflow.bootcamps import registry
+
+        if not runner.check("imports", None, lambda ev: made.append(registry.make(plan["builtin"]))):
+            return
+    elif not runner.check("imports", None, lambda ev: made.append(build(spec))):
         return
     bootcamp = made[0]
     levels = sorted(bootcamp.levels)
@@ -96,10 +106,17 @@ def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[st
     emit({"digests": digests})
     for level in levels:
         runner.check(
-            "oracle", level, lambda ev, lv=level: _per_seed(contract.check_oracle_solves, bootcamp, lv, seeds, ev)
+            "oracle", level, lambda ev, lv=level: _stepped(contract.check_oracle_solves, bootcamp, lv, seeds, ev)
         )
     for level in levels:
         runner.check("wrong_answer", level, lambda ev, lv=level: _wrong(bootcamp, lv, seeds, ev))
+    if plan.get("grounding"):
+        for level in levels:
+            runner.check(
+                "grounded",
+                level,
+                lambda ev, lv=level: _grounded(bootcamp, lv, seeds, ev),
+            )
     if plan.get("examples"):
         runner.check("examples", None, lambda ev: _examples(bootcamp, plan["examples"], ev))
 
@@ -169,6 +186,30 @@ def _per_seed(
         evidence["seed"] = seed
         check(bootcamp, level, [seed])
     evidence.pop("seed", None)
+
+
+def _stepped(check: Callable[..., None], bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict) -> None:
+    """``check`` one seed at a time, recording the episode's steps, so a failure's evidence names its
+    seed, instance and the step it went wrong at (the last played)."""
+    evidence.update(bootcamp=bootcamp, level=level)
+    steps: list[str] = []
+    for seed in seeds:
+        evidence["seed"] = seed
+        try:
+            check(bootcamp, level, [seed], steps=steps)
+        except BaseException:
+            if steps:
+                evidence["step"] = steps[-1]
+                evidence["steps"] = steps[-8:]
+            raise
+    evidence.pop("seed", None)
+
+
+def _grounded(bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict[str, Any]) -> None:
+    evidence.update(bootcamp=bootcamp, level=level)
+    contract.check_demonstration_grounded(bootcamp, level, seeds, evidence=evidence)
+    for key in ("step", "steps"):
+        evidence.pop(key, None)
 
 
 def _deterministic(

@@ -65,26 +65,41 @@ class ContractReport:
 
 
 def run_contract(
-    source: str, *, name: str, examples: Sequence[dict[str, Any]], instances: int, limits: SandboxConfig
+    source: str,
+    *,
+    name: str,
+    examples: Sequence[dict[str, Any]],
+    instances: int,
+    limits: SandboxConfig,
+    grounding: bool = False,
+    class_name: str | None = None,
+    builtin: bool = False,
 ) -> ContractReport:
     """Run the contract on ``source`` (to become bootcamp ``name``) in sandboxed processes; see the module
-    docstring. ``instances`` is the number of seeds every level is checked on."""
+    docstring. ``instances`` is the number of seeds every level is checked on; ``grounding`` adds the
+    demonstrator's grounding check (``campflow bootcamps check``); ``class_name`` picks the Bootcamp
+    subclass where the module defines several; ``builtin``: ``name`` is a built-in bootcamp, built from
+    the registry (``source`` then only names it)."""
     sha = source_sha256(source)
-    plan = {"name": name, "sha256": sha, "seeds": instances, "examples": list(examples)}
+    plan = {"name": name, "sha256": sha, "seeds": instances, "examples": list(examples), "grounding": grounding}
+    if class_name:
+        plan["class"] = class_name
+    if builtin:
+        plan["builtin"] = name
     with ThreadPoolExecutor(2) as pool:  # the two processes run side by side
         first_f = pool.submit(run_confined, source, plan, limits, hash_seed=HASH_SEEDS[0])
         second_f = pool.submit(
             run_confined, source, {**plan, "digests_only": True, "reverse": True}, limits, hash_seed=HASH_SEEDS[1]
         )
         first, second = first_f.result(), second_f.result()
-    verdicts, info = _verdicts(first, bool(examples))
+    verdicts, info = _verdicts(first, bool(examples), grounding)
     levels = info.get("levels") or []
     if info:
         verdicts += _across_processes(source, plan, limits, levels, first, second)
     return ContractReport(sha, _in_check_order(verdicts), info, first.isolation)
 
 
-def _verdicts(run: ChildRun, with_examples: bool) -> tuple[list[Verdict], dict[str, Any]]:
+def _verdicts(run: ChildRun, with_examples: bool, grounding: bool) -> tuple[list[Verdict], dict[str, Any]]:
     """The first process's verdicts, plus one for the check it died in and one "not run" per check left."""
     verdicts: list[Verdict] = []
     info: dict[str, Any] = {}
@@ -100,7 +115,7 @@ def _verdicts(run: ChildRun, with_examples: bool) -> tuple[list[Verdict], dict[s
             running = None
         elif "info" in event:
             info = event["info"]
-    expected = _expected(info.get("levels"), with_examples)
+    expected = _expected(info.get("levels"), with_examples, grounding)
     if run.ended is not None:  # blame the check it was in, or (between two) the next one
         done = {(v.check, v.level) for v in verdicts}
         check, level = running or next((c for c in expected if c not in done), ("imports", None))
@@ -112,11 +127,13 @@ def _verdicts(run: ChildRun, with_examples: bool) -> tuple[list[Verdict], dict[s
     return verdicts, info
 
 
-def _expected(levels: Sequence[int] | None, with_examples: bool) -> list[tuple[str, int | None]]:
+def _expected(levels: Sequence[int] | None, with_examples: bool, grounding: bool) -> list[tuple[str, int | None]]:
     """(check, level) of every verdict a module gets (levels unknown: one per check)."""
     out: list[tuple[str, int | None]] = []
     for check in CHECKS:
         if check == "reply" or check == "across_processes" or (check == "examples" and not with_examples):
+            continue
+        if check == "grounded" and not grounding:
             continue
         if check in LEVEL_CHECKS:
             out += [(check, lv) for lv in levels] if levels else [(check, None)]

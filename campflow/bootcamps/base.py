@@ -19,7 +19,10 @@ The values they pass (defined in :mod:`campflow.bootcamps.values`, imported from
 ``seed``, ``data`` = the identity), :class:`State` (``finished``, ``answer`` and your own fields),
 :class:`ToolArgs` / :class:`NoArgs` (a tool's arguments), :class:`Action` (``name``, ``arguments``),
 :class:`Observation` (``text``, ``image`` PNG bytes or None, ``final``) and :class:`Score` (``reward``,
-``success``, ``details``).
+``success``, ``details``), :class:`~campflow.errors.ToolError` (what a tool raises to refuse a call).
+A demonstrator reads the transcript with :func:`tool_results`, :func:`exchanges`, :func:`called`,
+:func:`tool_calls` and :func:`shown_text`; :attr:`~Bootcamp.grounding` (an :class:`Exemptions`) lists
+what its arguments may hold without having been shown.
 
 A complete bootcamp (``tests/test_base_example.py`` runs exactly this text and holds it to the
 contract; its class docstring is quoted with ``'''`` only because it sits inside this one)::
@@ -80,6 +83,11 @@ contract; its class docstring is quoted with ``'''`` only because it sits inside
     state, score = echo.solve(echo.generate(2, seed=7))  # level 2, seed 7: the same instance every time
     assert score.success
 
+**Checking and importing your own file.** ``campflow bootcamps check warehouse.py`` runs this
+contract and the demonstrator's grounding in a sandboxed process, each check with its verdict and
+evidence; ``campflow import bootcamp warehouse.py`` records the file (and its source hash) in the
+workspace, after which every command knows the bootcamp by its ``name`` (see ``docs/own-bootcamp.md``).
+
 **Registering.** ``registry.register("echo", Echo)`` names a class in this process;
 ``register("echo", "mypackage.echo:Echo")`` imports it lazily by dotted path (which also works in
 worker processes); ``registry.make("echo")`` builds it once per process (see
@@ -122,6 +130,16 @@ from typing import Any, ClassVar, Generic, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
+from campflow.bootcamps.demonstration import (
+    Exemptions,
+    called,
+    exchanges,
+    schema_enums,
+    shown_text,
+    tool_calls,
+    tool_results,
+    ungrounded,
+)
 from campflow.bootcamps.schemas import Tool, clean_schema
 from campflow.bootcamps.values import (
     Action,
@@ -137,12 +155,13 @@ from campflow.bootcamps.values import (
     format_validation_error,
     instance_id,
 )
-from campflow.errors import InvalidParamsError
+from campflow.errors import InvalidParamsError, ToolError
 
 __all__ = [
     "SYSTEM_PREAMBLE",
     "Action",
     "Bootcamp",
+    "Exemptions",
     "Instance",
     "NoArgs",
     "Observation",
@@ -151,9 +170,15 @@ __all__ = [
     "State",
     "Tool",
     "ToolArgs",
+    "ToolError",
+    "called",
+    "exchanges",
     "format_validation_error",
     "instance_id",
+    "shown_text",
     "tool",
+    "tool_calls",
+    "tool_results",
 ]
 
 
@@ -230,6 +255,9 @@ class Bootcamp(Generic[P, S]):
             makes a wrong final answer worth something); the contract holds every bootcamp to it.
         system_prompt: the system message of every prompt :meth:`chat` builds. None (the default):
             :data:`SYSTEM_PREAMBLE`, a blank line and :meth:`describe_task`.
+        grounding: what :meth:`demonstrate`'s arguments may hold without having been shown, each for a
+            stated reason (:class:`Exemptions`: a free-text field, a tool's own syntax words); values
+            the tool schemas enumerate are always allowed. See :meth:`ungrounded_arguments`.
     """
 
     name: ClassVar[str]
@@ -241,6 +269,7 @@ class Bootcamp(Generic[P, S]):
     default_max_turns: ClassVar[int] = 10
     wrong_answer_bound: ClassVar[float] = 0.0
     system_prompt: ClassVar[str | None] = None
+    grounding: ClassVar[Exemptions] = Exemptions()
 
     _tools: ClassVar[dict[str, Tool]]
 
@@ -483,6 +512,20 @@ class Bootcamp(Generic[P, S]):
             the oracle reads (say so in the bootcamp when relying on it).
         """
         return self.oracle(instance, state)
+
+    def ungrounded_arguments(self, instance: Instance[P], transcript: Sequence[Mapping[str, Any]]) -> list[str]:
+        """What the tool calls of ``transcript`` (a demonstration) passed that nothing shown before them held.
+
+        Default: :func:`~campflow.bootcamps.demonstration.ungrounded` with :attr:`grounding` and the
+        values the tool schemas enumerate. Override to add a rule of the world's own where arguments are
+        not names (a maze move must follow the map seen so far), calling this one too.
+
+        Returns:
+            One line per ungrounded token (``"turn 3 pick(bin_id): 'b7'"``); empty when all are grounded.
+        """
+        g = self.grounding
+        enums = g.enums | schema_enums(self.tool_schemas(instance))
+        return ungrounded(transcript, Exemptions(g.fields, g.syntax, enums, g.defines))
 
     def wrong_answer(self, instance: Instance[P], state: S, rng: random.Random) -> Action | None:
         """The next action of a wrong ending from ``state`` (test policies, the noisy oracle, the contract).

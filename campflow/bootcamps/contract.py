@@ -9,7 +9,12 @@ A bootcamp keeps the contract when
   is possible) ends the episode, never succeeds and earns at most ``wrong_answer_bound``
   (:func:`check_wrong_endings_bounded`);
 - generation is deterministic: a level number and the same params as a dict give the same id,
-  identity and prompt for a seed, and different seeds give different instances (:func:`check_deterministic`).
+  identity and prompt for a seed, and different seeds give different instances (:func:`check_deterministic`);
+- the demonstrator (:meth:`~campflow.bootcamps.base.Bootcamp.demonstrate`), played with a transcript as
+  the engine builds one, passes only what the prompt and earlier tool results showed, never ends wrong
+  and solves at least 90% of every level's instances (:func:`check_demonstration_grounded`, judged by
+  :meth:`~campflow.bootcamps.base.Bootcamp.ungrounded_arguments`); ``campflow bootcamps check`` runs
+  it, ``campflow author`` does not require it.
 
 The checks play the bootcamp directly (no engine, no policy), so they run wherever the bootcamp
 imports: in the test suite for the built-in bootcamps, in a subprocess for one written by someone
@@ -18,11 +23,16 @@ else. Each raises :class:`~campflow.errors.ContractError` naming the bootcamp, l
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
-from campflow.bootcamps.base import Action, Bootcamp, Instance, Params, Score, State
-from campflow.errors import ContractError
+from pydantic import ValidationError
+
+from campflow.bootcamps.base import Action, Bootcamp, Instance, Params, Score, State, format_validation_error
+from campflow.errors import ContractError, ToolError
 
 SEEDS = range(50)
 
@@ -71,14 +81,34 @@ def check_declarations(bootcamp: Bootcamp) -> None:
         raise ContractError(f"{bootcamp.name} offers no tool with final=True; nothing can end an episode")
 
 
-def check_oracle_solves(bootcamp: Bootcamp, level: int, seeds: Iterable[int] = SEEDS) -> None:
-    """The oracle solves every instance of ``level`` drawn from ``seeds``, with reward 1."""
+def step_line(turn: int, action: Action) -> str:
+    """``turn 2: pick({"bin": "b3", "count": 2})``: one action, as evidence shows it."""
+    return f"turn {turn}: {action.name}({json.dumps(dict(action.arguments), sort_keys=True, default=str)[:300]})"
+
+
+def check_oracle_solves(
+    bootcamp: Bootcamp, level: int, seeds: Iterable[int] = SEEDS, *, steps: list[str] | None = None
+) -> None:
+    """The oracle solves every instance of ``level`` drawn from ``seeds``, with reward 1; played as
+    :meth:`~campflow.bootcamps.base.Bootcamp.solve` plays it. ``steps`` receives each action played
+    (the failing episode's last)."""
     for seed in seeds:
         instance = bootcamp.generate(level, seed)
-        try:
-            _, score = bootcamp.solve(instance)
-        except RuntimeError as exc:
-            raise ContractError(f"{_where(bootcamp, instance)}: {exc}") from None
+        state = bootcamp.new_state(instance)
+        if steps is not None:
+            steps.clear()
+        for turn in range(bootcamp.max_turns(instance)):
+            action = bootcamp.oracle(instance, state)
+            if steps is not None:
+                steps.append(step_line(turn, action))
+            bootcamp.apply(instance, state, action)
+            if state.finished:
+                break
+        else:
+            raise ContractError(
+                f"{_where(bootcamp, instance)}: the oracle did not finish within {bootcamp.max_turns(instance)} turns"
+            )
+        score = bootcamp.score(instance, state, ())
         if not (score.success and score.reward == 1.0):
             raise ContractError(
                 f"{_where(bootcamp, instance)}: the oracle scored reward {score.reward}, "
@@ -116,6 +146,115 @@ def check_deterministic(bootcamp: Bootcamp, level: int, seeds: Iterable[int] = S
     if len(ids) < len(seeds):
         raise ContractError(
             f"{bootcamp.name} level {level}: {len(seeds)} seeds gave only {len(ids)} distinct instances"
+        )
+
+
+@dataclass
+class Demonstration:
+    """One episode of the demonstrator: the transcript as the engine builds it, the world, the score."""
+
+    transcript: list[dict[str, Any]]
+    state: State
+    score: Score
+    finished: bool
+    steps: list[str] = field(default_factory=list)
+
+
+def play_demonstration(bootcamp: Bootcamp, instance: Instance) -> Demonstration:
+    """Play :meth:`~campflow.bootcamps.base.Bootcamp.demonstrate` turn after turn with a transcript in
+    the engine's format (prompt, one tool call a turn, its result, feedback; a refused call answers
+    ``Error: <message>``), no engine or event loop involved, and score the episode."""
+    transcript: list[dict[str, Any]] = list(bootcamp.prompt(instance))
+    state = bootcamp.new_state(instance)
+    steps: list[str] = []
+    for turn in range(bootcamp.max_turns(instance)):
+        action = bootcamp.demonstrate(instance, state, transcript)
+        steps.append(step_line(turn, action))
+        cid = f"call_{turn}_0"
+        arguments = json.dumps(dict(action.arguments), separators=(",", ":"))  # as the engine writes them
+        transcript.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": action.name, "arguments": arguments}}
+                ],
+            }
+        )
+        tool = next((t for t in bootcamp.tools(instance) if t.name == action.name), None)
+        try:
+            if tool is None:
+                raise ToolError(f"unknown tool {action.name!r}")
+            obs = bootcamp.call(instance, state, action.name, tool.args_model.model_validate(dict(action.arguments)))
+            text = obs.text
+        except ValidationError as exc:
+            obs, text = None, f"Error: invalid arguments for {action.name}: {format_validation_error(exc)}"
+        except ToolError as exc:
+            obs, text = None, f"Error: {exc}"
+        transcript.append({"role": "tool", "tool_call_id": cid, "name": action.name, "content": text})
+        if obs is not None and obs.final:
+            state.finished = True
+            break
+        note = bootcamp.feedback(instance, state, turn)
+        if note:
+            transcript.append({"role": "user", "content": note})
+    return Demonstration(transcript, state, bootcamp.score(instance, state, transcript), state.finished, steps)
+
+
+def text_twin(bootcamp: Bootcamp, level: int) -> Params:
+    """The params of ``level``, drawn as text where the bootcamp has an ``observation`` knob: grounding
+    reads text, so a vision bootcamp's demonstrator is judged on the same world described in words."""
+    params = bootcamp.levels[level]
+    if "observation" not in type(params).model_fields or params.observation == "text":
+        return params
+    return bootcamp.params({**params.model_dump(), "observation": "text"})
+
+
+#: the share of a level's instances the demonstrator must solve; the rest may run out of turns (an
+#: explorer that must look before it moves can outrun a budget sized on the shortest path), never end wrong
+DEMONSTRATION_SOLVED_SHARE = 0.9
+
+
+def check_demonstration_grounded(
+    bootcamp: Bootcamp, level: int, seeds: Iterable[int] = SEEDS, *, evidence: dict[str, Any] | None = None
+) -> None:
+    """The demonstrator passes only what was shown before each call, never ends an episode with a wrong
+    answer, and solves at least :data:`DEMONSTRATION_SOLVED_SHARE` of the instances of ``level`` drawn
+    from ``seeds`` (reward 1). ``evidence`` receives the failing episode's seed and steps, the
+    ungrounded call last."""
+    params = text_twin(bootcamp, level)
+    seeds = list(seeds)
+    unsolved: list[int] = []
+    for seed in seeds:
+        instance = bootcamp.generate(params, seed)
+        played = play_demonstration(bootcamp, instance)
+        if evidence is not None:
+            evidence.update(seed=seed, step=played.steps[-1] if played.steps else "", steps=played.steps[-8:])
+        problems = bootcamp.ungrounded_arguments(instance, played.transcript)
+        if problems:
+            if evidence is not None:
+                evidence["step"] = f"ungrounded: {problems[0]}"
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ContractError(
+                f"{_where(bootcamp, instance)}: the demonstrator passed what nothing shown before held: "
+                f"{problems[0]}{more}; pass only ids, names and numbers the prompt or an earlier tool result "
+                "showed (or list a free-choice argument in the bootcamp's grounding)"
+            )
+        solved = played.finished and played.score.success and played.score.reward == 1.0
+        if played.finished and not solved:
+            raise ContractError(
+                f"{_where(bootcamp, instance)}: the demonstrator ended the episode with reward "
+                f"{played.score.reward}, success {played.score.success} ({played.score.details}); expected 1.0 and True"
+            )
+        if not solved:
+            unsolved.append(seed)
+    if evidence is not None:
+        evidence.pop("seed", None)
+    if len(seeds) - len(unsolved) < DEMONSTRATION_SOLVED_SHARE * len(seeds):
+        raise ContractError(
+            f"{bootcamp.name} level {level}: the demonstrator solved {len(seeds) - len(unsolved)} of {len(seeds)} "
+            f"instances within the turn budget (seeds {unsolved[:8]} ran out of turns); expected at least "
+            f"{DEMONSTRATION_SOLVED_SHARE:.0%}"
         )
 
 

@@ -86,20 +86,24 @@ def _norm(token: str) -> str:
     return token.lower()
 
 
+_DIGITS_IN_WORD = re.compile(r"(?<=[A-Za-z])\d+(?![A-Za-z])")
 _RANGE = re.compile(r"\b(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})\b")
 
 
-def tokens(text: str) -> set[str]:
+def tokens(text: str, *, shown: bool = False) -> set[str]:
     """The normalized tokens of ``text``: times as H:MM, numbers as their shortest form, words lower-cased.
 
     A time range (``09:00-10:30``) also shows its length in minutes (``90``): an event listed so
-    shows how long it is.
+    shows how long it is. With ``shown`` (text the agent read), a number written after a letter is
+    shown on its own too: ``bolt x2`` shows the count ``2``, ``v3`` the ``3``.
     """
     out = {str((int(c) - int(a)) * 60 + int(d) - int(b)) for a, b, c, d in _RANGE.findall(text)}
     for t in _TOKEN.findall(text):
         out.add(_norm(t))
         if t[0] == "-" and len(t) > 1:
             out.add(_norm(t[1:]))  # "-3" in "5-3" is also the 3 shown
+        elif shown and (t[0].isalpha() or t[0] == "_"):
+            out.update(_norm(n) for n in _DIGITS_IN_WORD.findall(t))  # "bolt x2" shows the count 2
     return out
 
 
@@ -170,7 +174,7 @@ def ungrounded(transcript: Sequence[Mapping[str, Any]], exemptions: Exemptions =
     for message in transcript:
         role = message.get("role")
         if role in ("system", "user", "tool"):
-            seen |= tokens(messages_text(message))
+            seen |= tokens(messages_text(message), shown=True)
             continue
         if role != "assistant":
             continue

@@ -50,6 +50,7 @@ class Entry:
 _REGISTRY: dict[str, Entry] = {}
 _CACHE: dict[str, Bootcamp] = {}
 _RESOLVER: Callable[[], object] | None = None  # asked to register more when a name is missing
+_SEARCHED: str | None = None  # what the resolver searched, for the unknown-name message
 
 #: the built-in bootcamps: name -> ``module:Class`` (each a package, see :mod:`campflow.bootcamps`)
 BUILTIN: dict[str, str] = {
@@ -100,12 +101,13 @@ def unregister(name: str) -> None:
     _CACHE.pop(name, None)
 
 
-def set_resolver(resolver: Callable[[], object] | None) -> None:
+def set_resolver(resolver: Callable[[], object] | None, searched: str | None = None) -> None:
     """Install ``resolver`` (replacing any other; None removes it): called with no arguments whenever
     :func:`make` or :func:`parse_names` meets a name that is not registered, or is asked for ``all``,
-    to register the bootcamps it knows. It must be cheap to call again (load once, then return)."""
-    global _RESOLVER
-    _RESOLVER = resolver
+    to register the bootcamps it knows. It must be cheap to call again (load once, then return).
+    ``searched`` says where it looks (``the workspace /data/ws``), for the message of an unknown name."""
+    global _RESOLVER, _SEARCHED
+    _RESOLVER, _SEARCHED = resolver, searched
 
 
 def current_resolver() -> Callable[[], object] | None:
@@ -162,7 +164,11 @@ def parse_names(spec: str | list[str]) -> list[str]:
 
 
 def _unknown(name: str) -> str:
-    return f"unknown bootcamp {name!r}; expected one of: {', '.join(sorted(_REGISTRY))}"
+    where = f"; searched {_SEARCHED}" if _RESOLVER is not None and _SEARCHED else ""
+    return (
+        f"unknown bootcamp {name!r}; expected one of: {', '.join(sorted(_REGISTRY))}{where}; "
+        "to add a bootcamp file of your own: campflow import bootcamp FILE.py --workspace DIR"
+    )
 
 
 for _name, _target in BUILTIN.items():

@@ -48,6 +48,7 @@ COMMAND_MODULES = (
     "training",
     "synthesis",
     "imports",
+    "own_bootcamp",
     "author",
     "loop",
     "env",
@@ -61,10 +62,11 @@ def main() -> None:
     import importlib
 
     from campflow import stopping
-    from campflow.cli.common import quiet_after_stop, stop_message
+    from campflow.cli.common import add_workspace_option, quiet_after_stop, stop_message
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"campflow.cli.{name}")
+    add_workspace_option(app)
 
     stopping.on_stop(quiet_after_stop)
     with stopping.signals():

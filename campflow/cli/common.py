@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import logging
 import sys
 from collections.abc import Callable
@@ -21,14 +24,61 @@ err_console = Console(stderr=True)
 
 ConfigOption = typer.Option(None, "--config", "-c", help="YAML config (default: built-in defaults)")
 DbOption = typer.Option(None, "--db", help="DuckDB store (default: the workspace's campflow.duckdb)")
+WORKSPACE_ENV = "CAMPFLOW_WORKSPACE"
+WorkspaceOption = typer.Option(
+    None,
+    "--workspace",
+    "-w",
+    envvar=WORKSPACE_ENV,
+    help="workspace folder: store, datasets, checkpoints (default: $CAMPFLOW_WORKSPACE, else the config's "
+    "workspace.path, ./campflow-data)",
+)
+_workspace: contextvars.ContextVar[Path | None] = contextvars.ContextVar("workspace", default=None)
 
 
 def config_with(path: Path | None, db: Path | None = None, **overrides: Any) -> CampflowConfig:
-    """Load the config and apply command-line overrides (dotted keys; None means not given)."""
+    """Load the config and apply command-line overrides (dotted keys; None means not given), the
+    command's ``--workspace`` (or ``$CAMPFLOW_WORKSPACE``) included."""
     extra = dict(overrides)
     if db is not None:
         extra["workspace.db"] = db
+    if extra.get("workspace.path") is None and _workspace.get() is not None:
+        extra["workspace.path"] = _workspace.get()
     return load_config(path, extra)
+
+
+def add_workspace_option(group: typer.Typer) -> None:
+    """Give every command of ``group`` (and its sub-groups) that takes ``--db`` -- every command that
+    touches a store -- the one ``--workspace`` option, read by :func:`config_with`. Commands that
+    declare their own ``workspace`` parameter keep it."""
+    for info in group.registered_commands:
+        callback = info.callback
+        if callback is None:
+            continue
+        params = inspect.signature(callback).parameters
+        if "db" in params and "workspace" not in params:
+            info.callback = _with_workspace(callback)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            add_workspace_option(sub.typer_instance)
+
+
+def _with_workspace(command: Callable[..., Any]) -> Callable[..., Any]:
+    signature = inspect.signature(command)
+    option = inspect.Parameter(
+        "workspace", inspect.Parameter.KEYWORD_ONLY, default=WorkspaceOption, annotation=Path | None
+    )
+
+    @functools.wraps(command)
+    def run(*args: Any, workspace: Path | None = None, **kwargs: Any) -> Any:
+        token = _workspace.set(workspace)
+        try:
+            return command(*args, **kwargs)
+        finally:
+            _workspace.reset(token)
+
+    run.__signature__ = signature.replace(parameters=[*signature.parameters.values(), option])  # type: ignore[attr-defined]
+    return run
 
 
 def bootcamp_names(option: str | None) -> list[str] | None:

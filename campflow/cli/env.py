@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console
+from campflow.cli.common import ConfigOption, DbOption, WorkspaceOption, config_with, console
 
 env_app = typer.Typer(help="Serve bootcamps to other trainers as OpenEnv environments.", no_args_is_help=True)
 app.add_typer(env_app, name="env")
@@ -21,7 +21,7 @@ def serve_command(
     level: int | None = typer.Option(None, "--level", help="serve only this level (default: all, in rotation)"),
     sessions: int = typer.Option(64, "--sessions", min=1, help="most client sessions (concurrent rollouts) at once"),
     seed: int = typer.Option(0, "--seed", min=0, help="seed of the first reset that names none; later ones count up"),
-    workspace: Path | None = typer.Option(None, "--workspace", "-w", help="workspace folder (default: the config's)"),
+    workspace: Path | None = WorkspaceOption,
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:

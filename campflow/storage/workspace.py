@@ -127,7 +127,7 @@ class Workspace:
             _drop(_loaded_names)
             _loaded_from, _loaded_names = None, set()
         self._loaded = False
-        registry.set_resolver(self.load_imports)
+        registry.set_resolver(self.load_imports, f"the workspace {self.path.absolute()}")
 
 
 def _drop(names: set[str]) -> None:

@@ -13,6 +13,8 @@ adapter                 source                                  module
 ``internbootcamp``      a class by dotted path (or file.py:Cls) :mod:`~campflow.bootcamps.adapters.class_bootcamps`
 ``authored``            a module an LLM wrote (campflow author) :mod:`~campflow.bootcamps.adapters.authored`
 ``mcp``                 an MCP server and a task file           :mod:`campflow.mcp.tasks`
+``bootcamp``            your own file.py[:Class] (import        :mod:`~campflow.bootcamps.adapters.authored`
+                        bootcamp)
 ======================  ======================================  ==============================================
 
 :func:`register_import` puts a spec in the registry (``origin="imported"``) by dotted path plus the
@@ -51,7 +53,7 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError
 
-AdapterName = Literal["reasoning-gym", "gymnasium", "function-calling", "internbootcamp", "authored", "mcp"]
+AdapterName = Literal["reasoning-gym", "gymnasium", "function-calling", "internbootcamp", "authored", "mcp", "bootcamp"]
 
 #: adapter name -> "module:function" building a Bootcamp from an ImportSpec
 ADAPTERS: dict[str, str] = {
@@ -61,6 +63,7 @@ ADAPTERS: dict[str, str] = {
     "internbootcamp": "campflow.bootcamps.adapters.class_bootcamps:build",
     "authored": "campflow.bootcamps.adapters.authored:build",
     "mcp": "campflow.mcp.tasks:build",
+    "bootcamp": "campflow.bootcamps.adapters.authored:build_own",
 }
 
 #: name prefix of each adapter's default bootcamp names (``rg-basic_arithmetic``, ``gym-Taxi-v4``)
@@ -71,6 +74,7 @@ NAME_PREFIX: dict[str, str] = {
     "internbootcamp": "ib",
     "authored": "au",
     "mcp": "mcp",
+    "bootcamp": "own",
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")

@@ -8,6 +8,11 @@ revision and the source hash, so an edited module never shares instance ids with
 
 The sandboxed contract run (:mod:`campflow.authoring.checks`) builds the module through this same
 function, so the bootcamp it checked and the one evaluation later plays are built alike.
+
+The ``bootcamp`` adapter (:func:`build_own`, ``campflow import bootcamp FILE.py[:Class]``) is the same
+for a file a user wrote: it stays where the user keeps it, ``options["class"]`` names the class where the
+file defines several, the version is the class's own plus the source hash, and an edited file is
+refused with the command that imports it again.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import hashlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
 
 REVISION = "1"  # bump when how a module becomes a bootcamp changes
 HASH_OPTION = "sha256"
+CLASS_OPTION = "class"
 
 
 def source_sha256(text: str) -> str:
@@ -45,30 +52,62 @@ def build(spec: ImportSpec) -> Bootcamp:
 
     Raises:
         ImportSourceError: the file is missing or changed since it was accepted, or the module does not
-            define exactly one Bootcamp subclass. An exception from the module's own code propagates as
-            it is (the contract run reports it with its traceback).
+            define exactly one Bootcamp subclass (or the one ``options["class"]`` names). An exception from
+            the module's own code propagates as it is (the contract run reports it with its traceback).
     """
+    return _build(
+        spec, "authored bootcamp", "accepted", "run campflow author again", lambda cls, sha: authored_version(sha)
+    )
+
+
+def build_own(spec: ImportSpec) -> Bootcamp:
+    """The bootcamp of a user's own file ``spec.source`` (``campflow import bootcamp``), after checking its hash.
+
+    Raises:
+        ImportSourceError: the file is missing, or changed since it was imported (naming the command that
+            imports it again), or does not define the Bootcamp subclass recorded.
+    """
+    again = f"campflow import bootcamp {spec.source}"
+    if spec.options.get(CLASS_OPTION):
+        again += f":{spec.options[CLASS_OPTION]}"
+    again += f" --replace{_as_name(spec)}"
+    return _build(spec, "bootcamp", "imported", f"import it again with `{again}`", own_version)
+
+
+def own_version(cls: type[Bootcamp], sha256: str) -> str:
+    """The version of a user's bootcamp built from a file with this source hash: the class's own, then the hash."""
+    return f"{cls.version}.{sha256[:12]}"
+
+
+def _as_name(spec: ImportSpec) -> str:
+    return f" --as {spec.name}" if spec.options.get("as") else ""
+
+
+def _build(
+    spec: ImportSpec, kind: str, checked: str, again: str, version: Callable[[type[Bootcamp], str], str]
+) -> Bootcamp:
     path = Path(spec.source)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ImportSourceError(f"authored bootcamp {spec.name!r}: its module {path} does not exist") from None
+        raise ImportSourceError(f"{kind} {spec.name!r}: its module {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ImportSourceError(f"authored bootcamp {spec.name!r}: cannot read {path}: {exc}") from None
+        raise ImportSourceError(f"{kind} {spec.name!r}: cannot read {path}: {exc}") from None
     sha = source_sha256(text)
     expected = spec.options.get(HASH_OPTION)
     if expected is not None and expected != sha:
         raise ImportSourceError(
-            f"authored bootcamp {spec.name!r}: {path} has changed since it was accepted (sha256 {sha[:12]}, "
-            f"accepted {str(expected)[:12]}); run campflow author again"
+            f"{kind} {spec.name!r}: {path} has changed since it was {checked} (sha256 {sha[:12]}, "
+            f"{checked} {str(expected)[:12]}); {again}"
         )
-    cls = _bootcamp_class(spec.name, _load(path, f"campflow_authored_{_ident(spec.name)}_{sha[:12]}"), path)
+    module = _load(path, f"campflow_authored_{_ident(spec.name)}_{sha[:12]}")
+    cls = _bootcamp_class(spec.name, module, path, spec.options.get(CLASS_OPTION))
     named = type(
         cls.__name__,
         (cls,),
         {
             "name": spec.name,
-            "version": authored_version(sha),
+            "version": version(cls, sha),
             "__doc__": cls.__doc__,
             "__module__": cls.__module__,
             "__qualname__": cls.__qualname__,
@@ -93,12 +132,17 @@ def _load(path: Path, module_name: str) -> ModuleType:
     return module
 
 
-def _bootcamp_class(name: str, module: ModuleType, path: Path) -> type[Bootcamp]:
+def _bootcamp_class(name: str, module: ModuleType, path: Path, wanted: str | None = None) -> type[Bootcamp]:
     defined = [
         v
         for v in vars(module).values()
         if inspect.isclass(v) and issubclass(v, Bootcamp) and v.__module__ == module.__name__
     ]
+    if wanted is not None:
+        chosen = getattr(module, wanted, None)
+        if not (inspect.isclass(chosen) and issubclass(chosen, Bootcamp)):
+            raise ImportSourceError(f"bootcamp {name!r}: {path.name} defines no Bootcamp subclass {wanted}")
+        return chosen
     if len(defined) != 1:
         found = ", ".join(c.__name__ for c in defined) or "none"
         raise ImportSourceError(

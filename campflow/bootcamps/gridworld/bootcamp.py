@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field
 
-from campflow.bootcamps.base import Action, Bootcamp, Instance, NoArgs, Observation, Score, ToolArgs, tool
+from campflow.bootcamps.base import Action, Bootcamp, Exemptions, Instance, NoArgs, Observation, Score, ToolArgs, tool
 from campflow.bootcamps.gridworld.view import (
     COLORS,
     FLOOR,
@@ -57,6 +57,8 @@ class Gridworld(Bootcamp[GridworldParams, GridworldState]):
 
     name = "gridworld"
     version = "1"
+    # the directions are listed in the tools' own descriptions
+    grounding = Exemptions(syntax={"move": frozenset(STEPS), "unlock": frozenset(STEPS)})
     modality = "vision"
     params_model = GridworldParams
     state_model = GridworldState

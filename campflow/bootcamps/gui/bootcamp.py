@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import Field
 
-from campflow.bootcamps.base import Action, Bootcamp, Instance, NoArgs, Observation, Score, ToolArgs, tool
+from campflow.bootcamps.base import Action, Bootcamp, Exemptions, Instance, NoArgs, Observation, Score, ToolArgs, tool
+from campflow.bootcamps.demonstration import messages_text, tool_calls
 from campflow.bootcamps.gui.screen import (
     FONT,
     FOOTER,
@@ -48,6 +51,9 @@ class ScrollArgs(ToolArgs):
     direction: str = Field(description="up or down")
 
 
+_BOX = re.compile(r"\((\d+), (\d+), (\d+), (\d+)\)")  # a box as the screen lists it
+
+
 class Gui(Bootcamp[GuiParams, GuiState]):
     """Fill in a form on an app screen by clicking, typing and scrolling, then submit it.
 
@@ -71,6 +77,8 @@ class Gui(Bootcamp[GuiParams, GuiState]):
 
     name = "gui"
     version = "1"
+    # pixels are not names: a click is checked against the boxes the screen showed (ungrounded_arguments)
+    grounding = Exemptions(fields=frozenset({("click", "x"), ("click", "y")}))
     modality = "vision"
     params_model = GuiParams
     state_model = GuiState
@@ -227,6 +235,20 @@ class Gui(Bootcamp[GuiParams, GuiState]):
         return Observation("Help: fill in the fields the goal names, then click Submit.")
 
     # -- reward ----------------------------------------------------------------------------------
+
+    def ungrounded_arguments(self, instance: Instance, transcript: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The generic check, plus clicks outside every box the most recent screen (prompt, screenshot or
+        action result) showed."""
+        problems, boxes = super().ungrounded_arguments(instance, transcript), []
+        for message in transcript:
+            if message.get("role") in ("user", "tool"):
+                boxes = [tuple(map(int, b)) for b in _BOX.findall(messages_text(message))] or boxes
+            for name, args in tool_calls([message]) if message.get("role") == "assistant" else ():
+                x, y = args.get("x"), args.get("y")
+                inside = isinstance(x, int) and isinstance(y, int)
+                if name == "click" and not (inside and any(a <= x < c and b <= y < d for a, b, c, d in boxes)):
+                    problems.append(f"click ({x}, {y}) hits no box shown")
+        return problems
 
     def score(self, instance: Instance, state: GuiState, transcript: Any) -> Score:
         targets, widgets = instance.data["targets"], widgets_by_id(instance)

@@ -25,7 +25,7 @@ from campflow.bootcamps.base import (
     ToolArgs,
     tool,
 )
-from campflow.bootcamps.demonstration import shown_text
+from campflow.bootcamps.demonstration import shown_text, tool_calls
 
 Direction = Literal["north", "south", "east", "west"]
 STEPS: dict[str, tuple[int, int]] = {"north": (0, -1), "south": (0, 1), "east": (1, 0), "west": (-1, 0)}
@@ -192,6 +192,35 @@ class Maze(Bootcamp[MazeParams, MazeState]):
             "move", {"direction": next(n for n, (dx, dy) in STEPS.items() if (here[0] + dx, here[1] + dy) == step)}
         )
 
+    def ungrounded_arguments(self, instance: Instance, transcript: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The generic check, plus moves a map of the cells seen before them does not justify.
+
+        Unseen cells look alike to an agent that has not seen them, so a move must shorten the shortest
+        route the seen map allows (seen walls avoided, unseen cells assumed open) and enter a cell seen
+        open; preferring a route that looks longer can only come from knowing cells not yet seen.
+        """
+        problems = super().ungrounded_arguments(instance, transcript)
+        p, goal, here = instance.params, tuple(instance.data["goal"]), tuple(instance.data["start"])
+        for i, message in enumerate(transcript):
+            if message.get("role") != "assistant":
+                continue
+            seen = observed_cells(shown_text(transcript[:i]))
+            walls = {c for c, v in seen.items() if v == WALL}
+            for name, args in tool_calls([message]):
+                if name != "move" or args.get("direction") not in STEPS:
+                    continue
+                dx, dy = STEPS[args["direction"]]
+                nxt = (here[0] + dx, here[1] + dy)
+                before = _optimistic_distance(p.width, p.height, walls, here, goal)
+                after = _optimistic_distance(p.width, p.height, walls, nxt, goal)
+                if seen.get(nxt) != OPEN or after != before - 1:
+                    problems.append(
+                        f"move {args['direction']} from {here} (seen: {seen.get(nxt)}, route {before} -> {after})"
+                    )
+                if seen.get(nxt) == OPEN:
+                    here = nxt
+        return problems
+
     def perturb(self, instance: Instance, state: MazeState, action: Action, rng: random.Random) -> Action:
         if action.name != "move":
             return action
@@ -201,6 +230,22 @@ class Maze(Bootcamp[MazeParams, MazeState]):
         if [state.x, state.y] == instance.data["goal"]:
             return None  # submitting here would be right; a wrong answer needs another cell
         return Action("submit", {})
+
+
+def _optimistic_distance(
+    width: int, height: int, walls: set[tuple[int, int]], start: tuple[int, int], goal: tuple[int, int]
+) -> int:
+    """Steps from ``start`` to ``goal`` avoiding ``walls``, every other cell assumed open."""
+    dist = {start: 0}
+    queue = deque([start])
+    while queue:
+        x, y = queue.popleft()
+        for dx, dy in STEPS.values():
+            nxt = (x + dx, y + dy)
+            if 0 <= nxt[0] < width and 0 <= nxt[1] < height and nxt not in walls and nxt not in dist:
+                dist[nxt] = dist[(x, y)] + 1
+                queue.append(nxt)
+    return dist.get(goal, 1 << 30)
 
 
 _VIEW = re.compile(r"View of x (\d+)\.\.(\d+), y (\d+)\.\.(\d+):\n((?:[#.@G]+\n?)+)")

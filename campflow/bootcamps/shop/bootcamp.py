@@ -12,6 +12,7 @@ from pydantic import Field
 from campflow.bootcamps.base import (
     Action,
     Bootcamp,
+    Exemptions,
     Instance,
     NoArgs,
     Observation,
@@ -81,6 +82,8 @@ class Shop(Bootcamp[ShopParams, ShopState]):
 
     name = "shop"
     version = "1"
+    # a page number walks through the pages the tool reported ("Page 1 of N"); the tool refuses others
+    grounding = Exemptions(fields=frozenset({("search", "page")}))
     params_model = ShopParams
     state_model = ShopState
     # A near miss bought with the right options meets all but one requirement, and a miss earns

@@ -15,6 +15,7 @@ from pydantic import Field
 from campflow.bootcamps.base import (
     Action,
     Bootcamp,
+    Exemptions,
     Instance,
     NoArgs,
     Observation,
@@ -41,6 +42,11 @@ MAX_ANSWER_CHARS = 2_000
 # run before (162 s for one such query under 1M-character values).
 STEP_BATCH = 1_000  # SQLite VM instructions between progress-handler calls
 MAX_STEPS = 1_000_000  # per query
+#: SQL's own words, which a query may hold without the world having shown them
+SQL_WORDS = frozenset(
+    "select distinct from where and or not in is null like between join inner left on as group by having "
+    "order asc desc limit count sum avg min max round lower upper".split()
+)
 MAX_VALUE_CHARS = 500  # longest text or blob a query may build (cells show at most 120 characters)
 MAX_PATTERN_CHARS = 50  # longest LIKE or GLOB pattern
 # Answers asked "rounded to 2 decimals" are compared with the exact value: half a cent either way
@@ -236,6 +242,16 @@ class Sql(Bootcamp[SqlParams, SqlState]):
 
     name = "sql"
     version = "1"
+    # SQL's own words, the aliases a query makes up (FROM orders o) and its LIMIT
+    grounding = Exemptions(
+        syntax={"query": SQL_WORDS},
+        defines={
+            "query": (
+                re.compile(r"\b(?:FROM|JOIN)\s+\w+\s+(?:AS\s+)?(\w+)", re.I),
+                re.compile(r"\bLIMIT\s+(\d+)", re.I),
+            )
+        },
+    )
     params_model = SqlParams
     state_model = SqlState
     levels = {

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from campflow.bootcamps.base import (
     Action,
     Bootcamp,
+    Exemptions,
     Instance,
     NoArgs,
     Observation,
@@ -129,6 +130,8 @@ class Wordle(Bootcamp[WordleParams, WordleState]):
 
     name = "wordle"
     version = "1"
+    # a guess is a free choice among the vocabulary the prompt names (the oracle reads only the feedback)
+    grounding = Exemptions(fields=frozenset({("guess", "word")}))
     params_model = WordleParams
     state_model = WordleState
     levels = {
