@@ -6,7 +6,8 @@ over the bootcamp's failures and rounded to 1/20 of their range, other knobs one
 the same vector are one weighted *profile*, so 100,000 failures cost what their distinct profiles cost.
 k-means runs for every k up to ``max_clusters`` on a weighted sample of profiles, and the silhouette of
 the failures (profiles weighted by count) picks k. Each cluster is labelled by its dominant category and
-its traits (:mod:`campflow.synthesis.traits`); the failures nearest its centre are its exemplars."""
+its traits (:mod:`campflow.synthesis.traits`), and clusters that would read alike by what separates them
+(:mod:`campflow.synthesis.labels`); the failures nearest its centre are its exemplars."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from campflow.errors import UnknownBootcampError
 from campflow.serialization import to_json
 from campflow.storage.store import Store, now
 from campflow.synthesis.knobs import Knob, knobs_of
+from campflow.synthesis.labels import separate_labels
 from campflow.synthesis.mining import Failure
 from campflow.synthesis.traits import Population, knob_traits
 
@@ -116,11 +118,13 @@ def cluster_bootcamp(
     members: dict[int, list[int]] = defaultdict(list)
     for i, p in enumerate(profile_of):
         members[labels[p]].append(i)
-    out = []
+    groups = []
     for idx in members.values():
-        ranked = sorted(idx, key=lambda i: (distance[profile_of[i]], failures[i].episode_id))
-        out.append(_describe(run_id, bootcamp, [failures[i] for i in ranked], knobs, population, exemplars))
-    return sorted(out, key=lambda c: (-c.size, c.cluster_id))
+        ranked = [failures[i] for i in sorted(idx, key=lambda i: (distance[profile_of[i]], failures[i].episode_id))]
+        groups.append((_describe(run_id, bootcamp, ranked, knobs, population, exemplars), ranked))
+    groups.sort(key=lambda g: (-g[0].size, g[0].cluster_id))
+    separate_labels(groups, knobs)  # two clusters that read alike get what separates them
+    return [cluster for cluster, _ in groups]
 
 
 def _knobs(bootcamp: str) -> tuple[Knob, ...]:
