@@ -372,6 +372,12 @@ class TrainingConfig(Section):
         "auto", description="auto: bf16 where the GPU has it, fp16 on other CUDA GPUs, fp32 on a CPU"
     )
     cpu_threads: CpuThreads = Field("auto", description=CPU_THREADS_HELP)
+    save_steps: int | None = Field(
+        None,
+        ge=1,
+        description="SFT and RL save a resumable checkpoint (weights, optimizer, scheduler, RNG) every this "
+        "many steps and keep the last; a killed run resumes from it; null: a tenth of the steps",
+    )
     report_to: list[str] = Field(
         [],
         description="experiment trackers, as transformers names them (trackio, "

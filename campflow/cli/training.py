@@ -225,6 +225,7 @@ def train_sft_command(
             cfg.training.sft,
             hardware=_hardware(cfg),
             report_to=cfg.training.report_to,
+            save_steps=cfg.training.save_steps,
         )
     _report(result)
 
@@ -256,6 +257,7 @@ def train_rl_command(
             cfg.training.levels,
             hardware=_hardware(cfg),
             report_to=cfg.training.report_to,
+            save_steps=cfg.training.save_steps,
         )
     _report(result)
 

@@ -74,6 +74,7 @@ def sft_task(cfg: CampflowConfig, base: str, dataset_id: str) -> str:
         cfg.training.sft,
         hardware=resolve_hardware(cfg.training.device, cfg.training.precision, cpu_threads=cfg.training.cpu_threads),
         report_to=cfg.training.report_to,
+        save_steps=cfg.training.save_steps,
     ).checkpoint.model_id
 
 
@@ -99,4 +100,5 @@ def rl_task(cfg: CampflowConfig, base: str, instance_ids: list[str] | None = Non
         hardware=resolve_hardware(cfg.training.device, cfg.training.precision, cpu_threads=cfg.training.cpu_threads),
         report_to=cfg.training.report_to,
         instances=instances,
+        save_steps=cfg.training.save_steps,
     ).checkpoint.model_id

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -98,25 +100,69 @@ def register(
     return Checkpoint(model_id, kind, path, parent, dataset_id, dict(metrics or {}))
 
 
+OWNER_LOCK = ".campflow-writing.lock"  # inside a .partial folder: flock'ed by the process writing it
+
+
 @contextmanager
-def staging(final: Path, *, write: bool = True) -> Iterator[Path]:
+def staging(final: Path, *, write: bool = True, resume: bool = False) -> Iterator[Path]:
     """A scratch folder that becomes ``final`` only when the block completes (a killed run leaves no
     half-written checkpoint under the final name).
 
+    The writing process holds an exclusive ``flock`` on a file inside the scratch folder while the block
+    runs; the kernel drops it when the process ends, so a ``.partial`` folder whose lock can be taken
+    belongs to a dead run (``campflow gc`` removes those), and two processes never write one at once.
+    With ``resume`` a dead run's scratch folder is kept (a trainer resumes from the checkpoint it saved
+    there); else it is emptied first.
+
     With ``write=False`` (a non-main process of a distributed run) the same path is yielded and nothing
     is created, removed or renamed: the main process owns the folder.
+
+    Raises:
+        CampflowError: another process is writing ``final`` now.
     """
     tmp = final.with_name(final.name + ".partial")
     if not write:
         yield tmp
         return
-    if tmp.exists():
+    if tmp.exists() and not resume:
+        _take(tmp)  # refuses if its writer is alive
         shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    yield tmp
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.replace(final)
+    tmp.mkdir(parents=True, exist_ok=True)
+    owner = _take(tmp)
+    try:
+        yield tmp
+        (tmp / OWNER_LOCK).unlink(missing_ok=True)  # not part of the checkpoint; the open file keeps the lock
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.replace(final)
+    finally:
+        os.close(owner)
+
+
+def _take(tmp: Path) -> int:
+    """Take the writer's lock of the scratch folder ``tmp``; returns its open file (closing it releases)."""
+    fd = os.open(tmp / OWNER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise CampflowError(f"another process is writing {tmp.name} now; wait for it or stop it first") from None
+    return fd
+
+
+def is_abandoned(partial: Path) -> bool:
+    """Whether ``partial`` (a ``.partial`` folder) belongs to a run that has ended: no process holds its lock."""
+    lock = partial / OWNER_LOCK
+    if not lock.exists():
+        return True  # written before writers locked, or by a process that never took it
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def resolve(store: Store, model: str, *, record: bool = True) -> Checkpoint:

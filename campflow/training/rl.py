@@ -49,6 +49,7 @@ from campflow.training import checkpoints
 from campflow.training.adapters import adapter_metrics, starting_model
 from campflow.training.distributed import is_main_process, processes
 from campflow.training.environments import environment_factories
+from campflow.training.resuming import drop_checkpoints, last_checkpoint, resumed_step, saving_args
 from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet, threads_callback
 from campflow.training.templates import check_rl_template
 from campflow.training.tracking import tracking_args, trainer_dir
@@ -246,10 +247,12 @@ def grpo_arguments(
     limits: EpisodeLimits | None = None,
     report_to: Sequence[str] = (),
     run_name: str | None = None,
+    save_steps: int | None = None,
 ) -> Any:
     """TRL's ``GRPOConfig`` as campflow trains with it: ``cfg``'s group, schedule and scale options
     (vLLM, per-device batch, accumulation), ``hardware``'s device and precision, ``limits`` of a rollout
-    (None: ``cfg``'s, which must then be set), trackers ``report_to``."""
+    (None: ``cfg``'s, which must then be set), a resumable checkpoint every ``save_steps`` (None: a tenth
+    of the steps), trackers ``report_to``."""
     from trl import GRPOConfig
 
     if limits is None:
@@ -272,7 +275,7 @@ def grpo_arguments(
         beta=cfg.beta,
         loss_type=cfg.loss_type,
         logging_steps=1,
-        save_strategy="no",
+        **saving_args(save_steps, cfg.max_steps),
         use_vllm=cfg.use_vllm,
         vllm_mode=cfg.vllm_mode,
         vllm_server_base_url=cfg.vllm_server_base_url,
@@ -299,11 +302,13 @@ def train_rl(
     hardware: Hardware | None = None,
     report_to: Sequence[str] = (),
     instances: Sequence[Instance] | None = None,
+    save_steps: int | None = None,
 ) -> TrainResult:
     """GRPO from checkpoint ``base`` (an id, a registered path, or a model folder) on ``bootcamps``;
     returns the registered ``rl`` checkpoint. ``instances`` are the prompts (e.g. the model's learnable
-    band); None draws them with :func:`rl_instances`. ``hardware`` and ``report_to`` as for :func:`train_sft`;
-    under ``accelerate launch`` only the main process writes the checkpoint and the store."""
+    band); None draws them with :func:`rl_instances`. ``hardware``, ``report_to`` and ``save_steps`` (a
+    killed run resumes from its last save) as for :func:`train_sft`; under ``accelerate launch`` only the
+    main process writes the checkpoint and the store."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     hardware = hardware or resolve_hardware()
     main = is_main_process()
@@ -349,7 +354,7 @@ def train_rl(
     start = starting_model(parent, cfg.lora, hardware)
     tuner = hardware.thread_tuner()
     final = checkpoints.models_dir(workspace) / model_id
-    with checkpoints.staging(final, write=main) as out:
+    with checkpoints.staging(final, write=main, resume=True) as out:
         args = grpo_arguments(
             cfg,
             hardware,
@@ -357,6 +362,7 @@ def train_rl(
             limits=limits,
             report_to=report_to,
             run_name=model_id,
+            save_steps=save_steps,
         )
         trainer_class = episode_trainer_class()
         trainer_class.final_tools = final_tools(bootcamps)
@@ -371,8 +377,9 @@ def train_rl(
                 callbacks=[progress_callback("rl", "RL"), *threads_callback(tuner)],
             )
         )
+        resume = last_checkpoint(Path(args.output_dir))
         started = time.perf_counter()
-        trainer.train()
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         elapsed = time.perf_counter() - started
         trainer.save_model(str(out))  # every process: gathers sharded weights; only the main one writes
         history = trainer.state.log_history
@@ -380,8 +387,10 @@ def train_rl(
         clipped = [h["completions/clipped_ratio"] for h in history if "completions/clipped_ratio" in h]
         metrics = {
             "steps": trainer.state.global_step,
+            "resumed_from_step": resumed_step(resume),
             "seconds": round(elapsed, 1),
             "reward_curve": rewards,
+            "entropy_curve": [(h["step"], h["entropy"]) for h in history if "entropy" in h],  # of sampled tokens
             "first_reward": rewards[0][1] if rewards else None,
             "last_reward": rewards[-1][1] if rewards else None,
             "instances": len(instances),
@@ -399,6 +408,7 @@ def train_rl(
             save_processor(processing, out)
         else:
             tokenizer.save_pretrained(str(out))
+        drop_checkpoints(Path(args.output_dir))
         shutil.rmtree(out / "trainer", ignore_errors=True)
     ckpt = checkpoints.register(store, model_id, "rl", final, parent=parent.model_id, metrics=metrics)
     return TrainResult(ckpt, metrics)

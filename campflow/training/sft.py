@@ -31,6 +31,7 @@ from campflow.threads import ThreadTuner
 from campflow.training import checkpoints
 from campflow.training.adapters import adapter_metrics, starting_model
 from campflow.training.distributed import is_main_process, processes
+from campflow.training.resuming import drop_checkpoints, last_checkpoint, resumed_step, saving_args
 from campflow.training.templates import check_sft_template
 from campflow.training.tracking import tracking_args, trainer_dir
 
@@ -147,9 +148,11 @@ def sft_arguments(
     *,
     report_to: Sequence[str] = (),
     run_name: str | None = None,
+    save_steps: int | None = None,
 ) -> Any:
     """TRL's ``SFTConfig`` as campflow trains with it: ``cfg``'s schedule, ``hardware``'s device and
-    precision, assistant-only loss, no intermediate saves, trackers ``report_to``."""
+    precision, assistant-only loss, a resumable checkpoint every ``save_steps`` (None: a tenth of the
+    steps; :mod:`campflow.training.resuming`), trackers ``report_to``."""
     from trl import SFTConfig as TRLSFTConfig
 
     return TRLSFTConfig(
@@ -162,7 +165,7 @@ def sft_arguments(
         warmup_steps=int(cfg.warmup_ratio * cfg.max_steps),
         weight_decay=0.0,
         logging_steps=max(1, cfg.max_steps // 40),
-        save_strategy="no",
+        **saving_args(save_steps, cfg.max_steps),
         assistant_only_loss=True,
         max_length=max_length,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
@@ -186,13 +189,16 @@ def train_sft(
     *,
     hardware: Hardware | None = None,
     report_to: Sequence[str] = (),
+    save_steps: int | None = None,
 ) -> TrainResult:
     """Fine-tune checkpoint ``base`` (an id, a registered path, or a model folder) on SFT dataset
     ``dataset_id``; returns the registered checkpoint.
 
     ``hardware`` (default: resolved from ``auto``) sets device and precision; ``report_to`` names
-    experiment trackers (the run is named after the checkpoint id). Under ``accelerate launch`` every
-    process trains and only the main one writes the checkpoint and the store.
+    experiment trackers (the run is named after the checkpoint id). Every ``save_steps`` (None: a tenth
+    of the steps) a resumable checkpoint is saved; a run of the same training that was killed continues
+    from its last one (metric ``resumed_from_step``). Under ``accelerate launch`` every process trains and
+    only the main one writes the checkpoint and the store.
     """
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     hardware = hardware or resolve_hardware()
@@ -227,7 +233,7 @@ def train_sft(
     start = starting_model(parent, cfg.lora, hardware)
     max_length = max_length or start.model.config.get_text_config().max_position_embeddings
     final = checkpoints.models_dir(workspace) / model_id
-    with checkpoints.staging(final, write=main) as out:
+    with checkpoints.staging(final, write=main, resume=True) as out:
         args = sft_arguments(
             cfg,
             hardware,
@@ -235,6 +241,7 @@ def train_sft(
             max_length,
             report_to=report_to,
             run_name=model_id,
+            save_steps=save_steps,
         )
         tuner = hardware.thread_tuner()
         extra = {}
@@ -260,8 +267,9 @@ def train_sft(
         )
         for callback in threads_callback(tuner, lambda: float(trainer.positions)):
             trainer.add_callback(callback)
+        resume = last_checkpoint(Path(args.output_dir))
         started = time.perf_counter()
-        result = trainer.train()
+        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         elapsed = time.perf_counter() - started
         trainer.save_model(str(out))  # every process: gathers sharded weights; only the main one writes
         losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
@@ -270,6 +278,7 @@ def train_sft(
             "train_loss": result.training_loss,
             "final_loss": losses[-1][1] if losses else None,
             "steps": trainer.state.global_step,
+            "resumed_from_step": resumed_step(resume),
             "seconds": round(elapsed, 1),
             "examples": len(train),
             "tokens_per_second": round(tokens / elapsed, 1) if tokens else None,
@@ -287,6 +296,7 @@ def train_sft(
             save_processor(processing, out)
         else:
             processing.save_pretrained(str(out))
+        drop_checkpoints(Path(args.output_dir))  # the trackers' folder outlives the run, its checkpoints not
         shutil.rmtree(out / "trainer", ignore_errors=True)
     ckpt = checkpoints.register(
         store, model_id, "sft", final, parent=parent.model_id, dataset_id=dataset_id, metrics=metrics
