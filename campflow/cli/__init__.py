@@ -53,6 +53,7 @@ COMMAND_MODULES = (
     "loop",
     "env",
     "view",
+    "housekeeping",
 )
 
 
