@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from campflow.cli import app
 from campflow.cli.common import ConfigOption, DbOption, WorkspaceOption, config_with, console
 
-env_app = typer.Typer(help="Serve bootcamps to other trainers as OpenEnv environments.", no_args_is_help=True)
+env_app = typer.Typer(
+    help="Serve bootcamps to other trainers as OpenEnv environments or MCP servers.", no_args_is_help=True
+)
 app.add_typer(env_app, name="env")
 
 
@@ -22,14 +25,27 @@ def serve_command(
     sessions: int = typer.Option(64, "--sessions", min=1, help="most client sessions (concurrent rollouts) at once"),
     seed: int = typer.Option(0, "--seed", min=0, help="seed of the first reset that names none; later ones count up"),
     workspace: Path | None = WorkspaceOption,
+    protocol: str = typer.Option("openenv", "--protocol", help="openenv, or mcp: one episode per MCP session"),
+    transport: str = typer.Option("http", "--transport", help="mcp: http (streamable HTTP at /mcp) or stdio"),
+    run_id: str | None = typer.Option(None, "--run-id", help="mcp: the run its episodes are recorded under"),
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
-    """Serve a bootcamp's train split over OpenEnv (WebSocket /ws, HTTP /reset /step) until stopped."""
+    """Serve a bootcamp's train split over OpenEnv (WebSocket /ws, HTTP /reset /step) or MCP until stopped."""
     from campflow.envserve.server import Served, serve
     from campflow.stopping import Stopped
 
     cfg = config_with(config, db, **({"workspace.path": workspace} if workspace is not None else {}))
+    if protocol not in ("openenv", "mcp") or transport not in ("http", "stdio"):
+        from campflow.errors import EnvServerError
+
+        raise EnvServerError(
+            f"--protocol {protocol!r} --transport {transport!r}: expected --protocol openenv or mcp, "
+            "and --transport http or stdio"
+        )
+    if protocol == "mcp":
+        _serve_mcp(cfg, name, transport, host, port, level, seed, run_id)
+        return
 
     def ready(served: Served) -> None:
         levels = ",".join(str(lv) for lv in served.levels)
@@ -44,3 +60,29 @@ def serve_command(
         serve(cfg, name, host=host, port=port, level=level, sessions=sessions, seed=seed, on_ready=ready)
     except Stopped as stop:  # Ctrl-C or SIGTERM is how a server is meant to end
         console.print(f"stopped by {stop}: no longer serving {name}", markup=False)
+
+
+def _serve_mcp(
+    cfg: Any, name: str, transport: str, host: str, port: int, level: int | None, seed: int, run_id: str | None
+) -> None:
+    from campflow.extras import require
+    from campflow.mcp.serve import say, serve_mcp
+    from campflow.stopping import Stopped
+
+    require("mcp")
+    if run_id is not None:
+        from campflow.storage.names import check_run_id
+
+        check_run_id(run_id)
+
+    def ready(where: str) -> None:  # on stderr: a stdio server's stdout carries the protocol
+        how = f"on stdio (run {where})" if transport == "stdio" else f"at {where}"
+        say(f"serving {name} over MCP {how}, one episode per session; episodes recorded in the workspace's store")
+
+    try:
+        done = serve_mcp(
+            cfg, name, transport=transport, host=host, port=port, level=level, seed=seed, run_id=run_id, on_ready=ready
+        )
+        say(f"run {done}: MCP serving of {name} ended")
+    except Stopped as stop:
+        say(f"stopped by {stop}: no longer serving {name}")
