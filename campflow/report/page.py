@@ -174,7 +174,7 @@ def _exemplars(facts: CycleFacts) -> str:
             after = "<h4>candidate</h4><p>The candidate played neither this instance nor a probe of this cluster.</p>"
         out.append(
             f'<section class="cluster" id="cluster-{e(x.cluster_id)}"><h3>{e(x.bootcamp)}: {e(x.label)} '
-            f'({x.size} failures)</h3><div class="pair"><div class="before"><h4>starting model '
+            f'({x.size} failure{"" if x.size == 1 else "s"})</h3><div class="pair"><div class="before"><h4>starting model '
             f"({e(x.before.model_id)}), level {x.before.level}, instance {e(x.before.instance_id)}: "
             f"{e(x.before.termination)}, reward {x.before.reward:.2f}</h4>{transcript_html(x.before)}</div>"
             f'<div class="after">{after}</div></div></section>'
