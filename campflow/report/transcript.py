@@ -31,7 +31,7 @@ def render_episode(episode: StoredEpisode, images_dir: Path, width: int = 80) ->
         lines.append(f"{_RULE * 3} {title} " + _RULE * max(0, width - len(title) - 5))
         if message.get("reasoning_content"):
             lines.append(f"[reasoning] {message['reasoning_content']}")
-        text, written = _text(message.get("content"), images_dir, f"{episode.episode_id}-{images}")
+        text, written = _text(message.get("content"), images_dir, images)
         images += written
         if text:
             lines.append(text)
@@ -52,8 +52,9 @@ def render_episode(episode: StoredEpisode, images_dir: Path, width: int = 80) ->
     return "\n".join(lines)
 
 
-def _text(content: Any, images_dir: Path, stem: str) -> tuple[str, int]:
-    """The text of a message's content, images written to files and named by path."""
+def _text(content: Any, images_dir: Path, first: int) -> tuple[str, int]:
+    """The text of a message's content, its images written to ``images_dir/image-<n>`` (numbered from
+    ``first``) and named by path; returns the text and how many images it wrote."""
     if content is None:
         return "", 0
     if isinstance(content, str):
@@ -65,7 +66,7 @@ def _text(content: Any, images_dir: Path, stem: str) -> tuple[str, int]:
             out.append(part.get("text") or "")
         elif kind in ("image_url", "image"):
             url = part.get("image_url", {}).get("url") if kind == "image_url" else part.get("image")
-            path = save_image(url or "", images_dir / f"{stem}-{written}")
+            path = save_image(url or "", images_dir / f"image-{first + written}")
             out.append(f"[image: {path}]" if path else "[image: not a data URL]")
             written += 1
         else:
