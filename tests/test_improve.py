@@ -28,7 +28,7 @@ def _sql(db: Path, query: str) -> list[tuple]:
 def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     from campflow.flows.improve import improve
 
-    cfg = load_config(write_tiny_config(tmp_path / "ws"), env={})
+    cfg = load_config(write_tiny_config(tmp_path / "ws", improve__inspect_logs=True), env={})
     summary = improve(cfg, cycle_id="c1")
     db = cfg.workspace.db_path
     status, before, after, promoted, candidate, decision = _sql(
@@ -70,6 +70,11 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     from campflow.flows.improve import STEPS
 
     assert state["done"] == list(STEPS)
+    logs = sorted(p.name for p in (page.parent / "inspect").glob("*.eval"))  # improve.inspect_logs
+    assert {"c1-before.eval", "c1-after.eval", "c1-collect.eval"} <= set(logs)
+    from prefect.artifacts import Artifact
+
+    assert decision in Artifact.get("cycle-c1").data  # the cycle's decision in the Prefect UI
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:  # the flow run is named after its cycle

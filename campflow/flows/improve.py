@@ -204,11 +204,13 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
         cycles.save_step(store, cycle, step, **produced)
         reporter.advance("cycle")
         reporter.update("cycle", f"cycle {cycle.cycle_id}: {step} done")
+        reporter.note(f"cycle {cycle.cycle_id}: {step} done")  # a line per step, also in a log
 
     def pending(step: str) -> bool:
         if step in state.get("done", []):
             return False
         reporter.update("cycle", f"cycle {cycle.cycle_id}: {step}")
+        reporter.note(f"cycle {cycle.cycle_id}: {step} ...")
         return True
 
     try:
