@@ -115,11 +115,11 @@ def ledger(tmp_path_factory):
     spec, bootcamp = import_mcp_tasks(
         "mcp-ledger", ServerSpec(command=[sys.executable, LEDGER, "--seed", "{seed}"]), rows, store, say=notes.append
     )
-    return spec, bootcamp, notes
+    return spec, bootcamp, notes, store
 
 
 def test_import_keeps_tasks_whose_reference_passes_and_drops_the_others_with_their_reason(ledger) -> None:
-    spec, bootcamp, notes = ledger
+    spec, bootcamp, notes, _ = ledger
     assert [t["id"] for t in spec.options["tasks"]] == ["open-two", "deposit"]
     assert any("broken-reference dropped: reference call 0 (deposit) is refused" in n for n in notes), notes
     assert any("vacuous dropped: doing nothing passes every check" in n for n in notes), notes
@@ -134,7 +134,7 @@ def test_import_keeps_tasks_whose_reference_passes_and_drops_the_others_with_the
 
 
 def test_the_oracle_solves_every_vetted_task_each_episode_on_a_fresh_server(ledger) -> None:
-    _, bootcamp, _ = ledger
+    _, bootcamp, *_ = ledger
     instances = [
         bootcamp.generate(McpTaskParams(level=1, task=t), seed) for t, seed in [("open-two", 0), ("deposit", 1)]
     ]
@@ -147,7 +147,7 @@ def test_the_oracle_solves_every_vetted_task_each_episode_on_a_fresh_server(ledg
 
 
 def test_a_wrong_solution_and_doing_nothing_fail_and_no_write_reaches_the_next_episode(ledger) -> None:
-    _, bootcamp, _ = ledger
+    _, bootcamp, *_ = ledger
     instance = bootcamp.generate(McpTaskParams(level=1, task="open-two"), 0)
     # the first episode writes a and b; the second, on its own server, finds the ledger empty
     wrong = Scripted([("open_account", {"name": "a", "balance": 5}), ("open_account", {"name": "b", "balance": 8})])
@@ -161,7 +161,7 @@ def test_a_wrong_solution_and_doing_nothing_fail_and_no_write_reaches_the_next_e
 
 
 def test_a_server_refusal_is_the_models_error_message_and_the_episode_goes_on(ledger) -> None:
-    _, bootcamp, _ = ledger
+    _, bootcamp, *_ = ledger
     instance = bootcamp.generate(McpTaskParams(level=1, task="open-two"), 0)
     policy = Scripted(
         [
@@ -173,6 +173,64 @@ def test_a_server_refusal_is_the_models_error_message_and_the_episode_goes_on(le
     [episode] = play(bootcamp, [instance], policy)
     assert episode.transcript[3]["content"].startswith("Error: ") and "nobody" in episode.transcript[3]["content"]
     assert (episode.termination, episode.reward) == (Termination.SOLVED, 1.0)
+
+
+def test_an_llm_synthesized_task_row_is_accepted_only_when_its_reference_passes_on_a_fresh_server(ledger) -> None:
+    from campflow.config import SynthesisConfig, SynthesisLLMConfig
+    from campflow.synthesis.pipeline import synthesize
+    from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
+
+    _, bootcamp, _, store = ledger
+    failing = [bootcamp.generate(McpTaskParams(level=1, task="open-two"), seed) for seed in (5, 6)]
+    store.write_instances(failing, split="train")
+    store.start_run("mcp-fail", "evaluate", {}, "scripted")
+    store.write_episodes(play(bootcamp, failing, Scripted([]), run_id="mcp-fail"))  # submits at once: wrong_answer
+
+    def row(rid: str, reference: list, checks: list) -> dict:
+        return {
+            "level": 1,
+            "row": {"id": rid, "level": 1, "prompt": f"Task {rid}.", "reference": reference, "checks": checks},
+        }
+
+    opened = {"tool": "open_account", "arguments": {"name": "q", "balance": 4}}
+    replies = [
+        json.dumps(
+            {
+                "proposals": [
+                    {
+                        "params": row("good", [opened], [{"call": {"tool": "balances"}, "path": ["q"], "equals": 4}]),
+                        "rationale": "good",
+                    },
+                    {
+                        "params": row("wrong", [opened], [{"call": {"tool": "balances"}, "path": ["q"], "equals": 5}]),
+                        "rationale": "wrong",
+                    },
+                    {
+                        "params": row("vacuous", [opened], [{"call": {"tool": "balances"}, "contains": {}}]),
+                        "rationale": "vacuous",
+                    },
+                ]
+            }
+        )
+    ]
+    cfg = SynthesisConfig(
+        synthesizer="llm", n_per_cluster=3, max_clusters=1, min_cluster_size=1, instances_per_variant=1,
+        probes_per_variant=1, calibration_samples=0,
+    )  # fmt: skip
+    with ScriptedEndpoint(ReplyScript(replies)) as server:
+        cfg.llm = SynthesisLLMConfig(model="scripted", base_url=server.url, max_requests=1)
+        synthesize(store, "mcp-fail", cfg, run_id="mcp-synth")
+    rows = store.query(
+        "SELECT rationale, status, reject_kind, reject_reason FROM variants WHERE bootcamp = 'mcp-ledger'"
+    )
+    got = {r["rationale"]: (r["status"], r["reject_kind"]) for r in rows}
+    assert got == {
+        "good": ("accepted", None),
+        "wrong": ("rejected", "unsolvable"),
+        "vacuous": ("rejected", "unsolvable"),
+    }
+    reasons = {r["rationale"]: r["reject_reason"] for r in rows}
+    assert "doing nothing passes every check" in reasons["vacuous"]
 
 
 def _faulty_bootcamp(tmp_path: Path, **flags: int) -> Any:

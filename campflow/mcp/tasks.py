@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from campflow.bootcamps.adapters import ImportSpec
 from campflow.bootcamps.base import Action, Instance, Params, Score, format_validation_error
 from campflow.errors import ImportSourceError
-from campflow.mcp.bootcamp import FINISH, McpBootcamp, McpState, workdir_text
+from campflow.mcp.bootcamp import FINISH, McpBootcamp, McpState, SubmitArgs, workdir_text
 from campflow.mcp.server import ServerSpec, ToolResult
 
 ADAPTER_REVISION = "1"
@@ -187,9 +187,19 @@ def parse_tasks(lines: Sequence[str], where: str) -> list[TaskRow]:
 
 
 class McpTaskParams(Params):
-    """Which task an instance is: a level, and optionally one task by id (else the seed picks one)."""
+    """Which task an instance is: a level, and optionally one task by id (else the seed picks one), or a
+    new task row (what the LLM synthesizer proposes)."""
 
     task: str | None = Field(None, description="a task id of the file; None: the seed picks one of the level")
+    row: TaskRow | None = Field(
+        None, description="a new task instead of one of the file's (a synthesized row); its level is this level"
+    )
+
+    @model_validator(mode="after")
+    def _one_task(self) -> McpTaskParams:
+        if self.row is not None and (self.task is not None or self.row.level != self.level):
+            raise ValueError("a row comes without a task id, at the params' own level")
+        return self
 
 
 class McpTaskBootcamp(McpBootcamp[McpTaskParams]):
@@ -201,6 +211,8 @@ class McpTaskBootcamp(McpBootcamp[McpTaskParams]):
         self.rows = {r.id: r for r in rows}
 
     def build(self, params: McpTaskParams, rng: random.Random) -> dict[str, Any]:
+        if params.row is not None:
+            return params.row.model_dump(mode="json")
         if params.task is not None:
             row = self.rows.get(params.task)
             if row is None:
@@ -245,6 +257,28 @@ class McpTaskBootcamp(McpBootcamp[McpTaskParams]):
 
     def wrong_answer(self, instance: Instance[McpTaskParams], state: McpState, rng: random.Random) -> Action | None:
         return Action(FINISH, {"answer": ""})  # doing nothing: submit at once
+
+    async def do_nothing(self, instance: Instance[McpTaskParams]) -> Score:
+        """The score of submitting at once on a fresh server."""
+        async with self.episode(instance) as state:
+            await self.call_served(instance, state, FINISH, SubmitArgs())
+            state.finished = True
+            await self.conclude(instance, state)
+            return self.score(instance, state, ())
+
+    async def solve_served(self, instance: Instance[McpTaskParams]) -> tuple[McpState, Score]:
+        """The oracle on a fresh server; for a new row (synthesized, not vetted at import) doing nothing
+        must also fail on another fresh server.
+
+        Raises:
+            ValueError: doing nothing passes every check of a new row (the checks cannot tell done from untouched).
+        """
+        state, score = await super().solve_served(instance)
+        if score.success and instance.params.row is not None and (await self.do_nothing(instance)).success:
+            raise ValueError(
+                "doing nothing passes every check, so the checks cannot tell a done task from an untouched one"
+            )
+        return state, score
 
 
 def _filled(arguments: Mapping[str, Any], state: McpState, seed: int) -> dict[str, Any]:

@@ -49,6 +49,14 @@ class MutationSynthesizer(Synthesizer):
         model = registry.make(context.bootcamp).params_model
         # the observation mode is the model's (what it can see), not a difficulty: variants keep their parents'
         knobs = {k.name: k for k in knobs_of(model) if k.name != OBSERVATION}
+        if not any(k.kind != "other" for name, k in knobs.items() if name != "level"):  # rows of a task file (MCP)
+            from campflow import progress
+
+            progress.current().note(
+                f"{context.bootcamp}: the mutate synthesizer moves params knobs and this bootcamp has none "
+                "but its level; its new tasks come from synthesis.synthesizer llm"
+            )
+            return []
         traits = {
             t.knob: t
             for t in (Trait.from_dict(d) for d in context.cluster.traits.get("knobs") or [])
