@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import Field
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.agents.oracle import OraclePolicy, native_call
 from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.base import Action
+from campflow.bootcamps.base import Action, Params, Score
 from campflow.errors import ImportSourceError
+from campflow.mcp.bootcamp import McpBootcamp
 from campflow.mcp.server import ServerSpec
 from campflow.mcp.tasks import McpTaskParams, build, parse_tasks
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episodes
@@ -364,3 +366,84 @@ def test_mcp_server_sqlite_imports_by_the_cli_and_the_oracle_solves_its_tasks(tm
     instances = [bootcamp.generate(1, 0), bootcamp.generate(2, 0)]
     episodes = play(bootcamp, instances, OraclePolicy())
     assert [(e.termination, e.reward) for e in episodes] == [(Termination.SOLVED, 1.0)] * 2, [e.error for e in episodes]
+
+
+class DepositParams(Params):
+    count: int = Field(1, ge=1, le=5, description="deposits to make")
+
+
+class Deposits(McpBootcamp[DepositParams]):
+    """Open an account and make deposits with the ledger server's tools.
+
+    Open the account `acct` with balance 0, deposit each amount the task lists, then call `submit`.
+    """
+
+    name = "ledger-deposits"
+    params_model = DepositParams
+    levels = {n: DepositParams(level=n, count=n) for n in (1, 2, 3)}
+    server = ServerSpec(command=[sys.executable, LEDGER, "--seed", "{seed}"])
+
+    def build(self, params, rng):
+        return {"amounts": [rng.randint(1, 9) for _ in range(params.count)]}
+
+    def prompt(self, instance):
+        return self.chat(f"Open acct with 0, then deposit {', '.join(map(str, instance.data['amounts']))}.")
+
+    def final_calls(self, instance):
+        return [Action("balances", {})]
+
+    def score(self, instance, state, transcript):
+        final = state.final[0].json() if state.final and not state.final[0].is_error else {}
+        ok = final.get("acct") == sum(instance.data["amounts"])
+        return Score(float(ok), ok, {} if ok else {"reason": "balance"})
+
+    def oracle(self, instance, state):
+        amounts, made = instance.data["amounts"], len(state.calls)
+        if made == 0:
+            return Action("open_account", {"name": "acct", "balance": 0})
+        if made <= len(amounts):
+            return Action("deposit", {"name": "acct", "amount": amounts[made - 1]})
+        return Action("submit", {"answer": ""})
+
+    def wrong_answer(self, instance, state, rng):
+        return Action("submit", {"answer": ""})
+
+
+def test_a_python_bootcamp_poses_its_own_instances_and_scores_them_on_the_servers_final_state() -> None:
+    bootcamp = Deposits()
+    instance = bootcamp.generate(2, seed=4)
+    # the tools before any episode: a server is started once to ask
+    assert [t.name for t in bootcamp.tools(instance)] == ["open_account", "deposit", "balances", "read_note", "submit"]
+    [episode] = play(bootcamp, [instance], OraclePolicy())
+    assert (episode.termination, episode.reward) == (Termination.SOLVED, 1.0), episode.error
+    _, score = bootcamp.solve(instance)  # what oracle validation calls, from synchronous code
+    assert score.success
+
+
+def test_a_url_server_is_reset_before_each_episode(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, LEDGER, "--http", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        options = {"server": {"url": url, "reset": {"tool": "reset"}}, "tasks": [LEDGER_TASKS[0]]}
+        bootcamp = build(ImportSpec(name="mcp-url", adapter="mcp", source=url, options=options))
+        deadline = time.monotonic() + 60
+        while True:  # until the server listens
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.2)
+        instance = bootcamp.generate(McpTaskParams(level=1, task="open-two"), 0)
+        [solved] = play(bootcamp, [instance], OraclePolicy())
+        [looked] = play(bootcamp, [instance], Scripted([("balances", {})]))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert (solved.termination, solved.reward) == (Termination.SOLVED, 1.0), solved.error
+    assert json.loads(looked.transcript[3]["content"]) == {}  # the reset emptied what the first episode wrote

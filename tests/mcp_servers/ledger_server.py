@@ -5,6 +5,9 @@ Fault flags make the episode of one seed fail the ways a real server does, for t
 ``--fail-start-seed N`` exits before speaking; ``--crash-seed N`` exits in the middle of a ``deposit``;
 ``--hang-seed N`` never answers it; ``--garble-seed N`` writes a line that is not JSON-RPC instead of
 the answer. ``--pid-file`` appends the server's pid (the tests look for survivors).
+
+``--http PORT`` serves streamable HTTP at ``http://127.0.0.1:PORT/mcp`` instead of stdio, one ledger for
+every session, with a ``reset`` tool that empties it (what a shared server offers an episode).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ parser.add_argument("--seed", type=int, default=0)
 for fault in ("fail-start", "crash", "hang", "garble"):
     parser.add_argument(f"--{fault}-seed", type=int)
 parser.add_argument("--pid-file", help="append this process's pid here (tests look for survivors)")
+parser.add_argument("--http", type=int, help="serve streamable HTTP on this port (with a reset tool)")
 opts = parser.parse_args()
 if opts.pid_file:
     with open(opts.pid_file, "a") as f:
@@ -81,5 +85,17 @@ def read_note(path: str) -> str:
     return Path(path).read_text()
 
 
+if opts.http is not None:
+
+    @server.tool()
+    def reset() -> str:
+        """Empty the ledger."""
+        accounts.clear()
+        return "ledger emptied"
+
+
 if __name__ == "__main__":
-    server.run()
+    if opts.http is not None:
+        server.run(transport="streamable-http", port=opts.http)
+    else:
+        server.run()
