@@ -237,11 +237,11 @@ def test_an_llm_synthesized_task_row_is_accepted_only_when_its_reference_passes_
     assert "doing nothing passes every check" in reasons["vacuous"]
 
 
-def _faulty_bootcamp(tmp_path: Path, **flags: int) -> Any:
+def _faulty_bootcamp(tmp_path: Path, call_timeout: float = 4.0, **flags: int) -> Any:
     command = [sys.executable, LEDGER, "--seed", "{seed}", "--pid-file", str(tmp_path / "pids")]
     for flag, seed in flags.items():
         command += [f"--{flag.replace('_', '-')}-seed", str(seed)]
-    options = {"server": {"command": command, "call_timeout": 4.0}, "tasks": [LEDGER_TASKS[1]]}
+    options = {"server": {"command": command, "call_timeout": call_timeout}, "tasks": [LEDGER_TASKS[1]]}
     return build(ImportSpec(name="mcp-faulty", adapter="mcp", source="ledger", options=options))
 
 
@@ -271,6 +271,14 @@ def test_server_faults_end_only_their_episode_as_infra_error_and_leave_no_proces
         assert by_seed[seed].termination == Termination.INFRA_ERROR, (seed, by_seed[seed].error)
     assert "did not start" in by_seed[1].error and "refusing to start" in by_seed[1].error
     assert "failed on deposit" in by_seed[2].error
+    assert _servers_gone(tmp_path / "pids", within=5.0) == []
+
+
+def test_a_server_that_hangs_past_the_episode_timeout_is_infra_error_not_the_models(tmp_path: Path) -> None:
+    bootcamp = _faulty_bootcamp(tmp_path, hang=0, call_timeout=600.0)
+    [episode] = play(bootcamp, [bootcamp.generate(2, 0)], OraclePolicy(), episode_timeout=12.0)
+    assert episode.termination == Termination.INFRA_ERROR
+    assert "did not answer deposit within the episode's 12s" in episode.error
     assert _servers_gone(tmp_path / "pids", within=5.0) == []
 
 
