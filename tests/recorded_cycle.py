@@ -4,6 +4,7 @@ candidate, on a text and an image bootcamp. Reports, artifacts and the browser t
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from campflow.agents.oracle import NoisyOraclePolicy
 from campflow.bootcamps import registry
@@ -65,3 +66,15 @@ def record_cycle(ws: Workspace, n: int = 6) -> str:
     )
     cycles.finish(store, cycle)
     return CYCLE
+
+
+_SHARED: dict[str, Path] = {}
+
+
+def shared_cycle(tmp_path_factory) -> Workspace:  # noqa: ANN001  (pytest's TempPathFactory)
+    """The recorded cycle, built once per test session: the tests that use it only read its store."""
+    if "ws" not in _SHARED:
+        ws = Workspace(tmp_path_factory.mktemp("recorded-cycle") / "ws")
+        record_cycle(ws)
+        _SHARED["ws"] = ws.path
+    return Workspace(_SHARED["ws"])

@@ -12,7 +12,7 @@ from campflow.config import load_config
 from campflow.report.facts import cycle_facts
 from campflow.report.page import write_report
 from campflow.storage.workspace import Workspace
-from tests.recorded_cycle import CYCLE, record_cycle
+from tests.recorded_cycle import CYCLE, shared_cycle
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -29,13 +29,12 @@ def _read(keys: list[str]) -> dict[str, object]:
     return {a.key: a for a in asyncio.run(read())}
 
 
-def test_a_cycle_leaves_its_decision_tables_and_report_link_as_artifacts(tmp_path: Path) -> None:
+def test_a_cycle_leaves_its_decision_tables_and_report_link_as_artifacts(tmp_path: Path, tmp_path_factory) -> None:
     from prefect import flow
 
     from campflow.tasks.artifacts import cycle_artifacts_task
 
-    ws = Workspace(tmp_path / "ws")
-    record_cycle(ws, n=4)
+    ws = shared_cycle(tmp_path_factory)
     facts = cycle_facts(ws.store, CYCLE)
     page = write_report(facts, tmp_path / "reports" / CYCLE)
 

@@ -19,9 +19,8 @@ import pytest
 from campflow.report.facts import cycle_facts
 from campflow.report.inspect_log import export_runs
 from campflow.report.page import write_report
-from campflow.storage.workspace import Workspace
 from tests.browser import CHROMIUM, Browser
-from tests.recorded_cycle import CYCLE, record_cycle
+from tests.recorded_cycle import CYCLE, shared_cycle
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 
@@ -32,9 +31,7 @@ LOADED_IMAGES = "[...document.querySelectorAll('{}')].filter(i => i.complete && 
 def cycle(tmp_path_factory) -> dict:
     """A recorded cycle, its report, the before-run exported as an Inspect log, and a chart cluster's exemplar."""
     root = tmp_path_factory.mktemp("browser")
-    ws = Workspace(root / "ws")
-    record_cycle(ws)
-    store = ws.store
+    store = shared_cycle(tmp_path_factory).store
     page = write_report(cycle_facts(store, CYCLE), root / "reports" / CYCLE)
     logs = root / "logs"
     export_runs(store, [f"{CYCLE}-before"], logs)

@@ -15,15 +15,14 @@ from campflow.report.facts import cycle_facts
 from campflow.report.page import write_report
 from campflow.storage.workspace import Workspace
 from tests.conftest import run_cli
-from tests.recorded_cycle import CYCLE, record_cycle
+from tests.recorded_cycle import CYCLE, shared_cycle
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> tuple[Workspace, Path]:
     """A recorded cycle and its report page."""
-    ws = Workspace(tmp_path_factory.mktemp("report") / "ws")
-    record_cycle(ws)
-    return ws, write_report(cycle_facts(ws.store, CYCLE), ws.path / "reports" / CYCLE)
+    ws = shared_cycle(tmp_path_factory)
+    return ws, write_report(cycle_facts(ws.store, CYCLE), tmp_path_factory.mktemp("report") / CYCLE)
 
 
 class _Links(HTMLParser):
