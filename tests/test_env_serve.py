@@ -2,7 +2,7 @@
 
 Every server here is a real `campflow env serve` process on 127.0.0.1 (a free port, `--port 0`); the
 clients are OpenEnv's (`GenericEnvClient` over its WebSocket protocol), and the trainer side is TRL's
-`environment_factory`, exactly as the README shows it.
+`environment_factory`, exactly as docs/serving-and-teachers.md shows it.
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def test_the_readme_trl_environment_sees_the_served_tools_and_gets_the_bootcamps
 
     code = _readme_snippet(servers["calculator"], model=None)
     namespace: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # the class and its imports, no training
+    exec(compile(code, "serving-and-teachers.md", "exec"), namespace)  # the class and its imports, no training
     environment = namespace["Calculator"]()
     bootcamp = registry.make("calculator")
     tools = environment.client.reset().observation["tools"]
@@ -254,7 +254,7 @@ def test_the_readme_snippet_trains_a_grpo_step_on_a_served_bootcamp(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     namespace: dict[str, Any] = {}
-    exec(compile(_readme_snippet(servers["calculator"], model=model), "README.md", "exec"), namespace)
+    exec(compile(_readme_snippet(servers["calculator"], model=model), "serving-and-teachers.md", "exec"), namespace)
     steps = [h for h in namespace["trainer"].state.log_history if "step_time" in h]
     assert [h["step"] for h in steps] == [1] and "rewards/Calculator/mean" in steps[0]  # TRL read get_reward
 
@@ -362,8 +362,8 @@ def _assistant(action: Action, turn: int) -> dict[str, Any]:
 
 
 def _readme_snippet(url: str, model: Path | None) -> str:
-    """The README's TRL snippet, pointed at ``url`` and ``model`` (None: everything but the training)."""
-    section = (REPO / "README.md").read_text().split("### Training elsewhere", 1)[1]
+    """The guide's TRL snippet, pointed at ``url`` and ``model`` (None: everything but the training)."""
+    section = (REPO / "docs" / "serving-and-teachers.md").read_text().split("## Training elsewhere", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert '"http://127.0.0.1:8000"' in code and '"Qwen/Qwen3-0.6B"' in code
     code = code.replace('"http://127.0.0.1:8000"', repr(url)).replace('"Qwen/Qwen3-0.6B"', repr(str(model)))

@@ -43,7 +43,7 @@ class DemonstratorPolicy(Policy):
     In image mode it first says what the last frame shows (the bootcamp's
     :meth:`~campflow.bootcamps.base.Bootcamp.caption` of the state, where it has one), then acts: a
     model imitating it learns to read each frame, in words it can act on, on every turn. Measured on
-    gridworld level 1 (README, Vision): imitating silent demonstrations, the tiny VLM ignored the
+    gridworld level 1 (benchmarks/RESULTS.md, Vision): imitating silent demonstrations, the tiny VLM ignored the
     frames (the same first move everywhere) even from a base that read them exactly."""
 
     model_id = "demonstrator"
