@@ -31,6 +31,7 @@ import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = ("train",)  # the smoke set trains; the other extras are thin wrappers of their own libraries
@@ -94,7 +95,8 @@ def main() -> None:
             name = pin.split("==")[0].lower().replace("_", "-")
             got = installed.get(name, f"{name}: not installed")
             want = pin.split("==")[1]
-            mark = "" if got.split("==")[-1].split("+")[0] == want else "   <- not the lower bound"
+            same = "==" in got and Version(got.split("==")[-1]).release == Version(want).release
+            mark = "" if same else "   <- not the lower bound"
             print(f"     {got}{mark}")
 
         cli = [str(venv / "bin" / "campflow")]
