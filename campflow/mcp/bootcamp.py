@@ -196,6 +196,21 @@ class McpBootcamp(ServedTools[P, McpState], Bootcamp[P, McpState]):
     def max_turns(self, instance: Instance[P]) -> int:
         return self.default_max_turns
 
+    def describe(self) -> dict[str, Any]:
+        """What ``campflow bootcamps show`` prints, with the server's tools where they are known."""
+        out = super().describe()
+        if self._declared is not None:
+            out["tools"] = [
+                {
+                    "name": t["name"],
+                    "final": False,
+                    "description": t.get("description") or "",
+                    "parameters": t.get("input_schema") or {},
+                }
+                for t in self._declared
+            ] + out["tools"]
+        return out
+
 
 def server_tools(declared: Sequence[Mapping[str, Any]]) -> tuple[Tool, ...]:
     """Tools from a server's declarations, their schemas shown to the model verbatim."""

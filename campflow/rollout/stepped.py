@@ -87,8 +87,8 @@ class SteppedEpisode:
     def __init__(self, bootcamp: Bootcamp, instance: Instance, settings: RolloutSettings = RolloutSettings()) -> None:
         if isinstance(bootcamp, ServedTools):  # its server calls need an event loop; this is driven by hand
             raise EnvServerError(
-                f"{bootcamp.name}: a bootcamp served by its own tool server (MCP) cannot be stepped one reply at "
-                "a time here; evaluate it with the engine, or serve it with --protocol mcp"
+                f"{bootcamp.name}: a bootcamp whose tools are an MCP server cannot be stepped one reply at a time "
+                "(OpenEnv or MCP serving, GRPO environments) yet; evaluate it with the engine (campflow eval)"
             )
         self.bootcamp, self.instance = bootcamp, instance
         self._coro = run_episode(EpisodeSpec(bootcamp, instance), _Caller(), settings)
