@@ -82,7 +82,14 @@ def show(
     else:
         from campflow.synthesis.pipeline import resolve_run
 
-        chosen = failed_episodes(store, resolve_run(store, run), cluster)
+        run_id = resolve_run(store, run)
+        chosen = failed_episodes(store, run_id, cluster)
+        if not chosen:
+            console.print(
+                f"run {run_id} has no mined failures: it had none, or they were not mined yet "
+                f"(`campflow failures --run {run_id}` mines and clusters them)"
+            )
+            return
         total = len(chosen)
         chosen = chosen[:limit] if limit else chosen
     folder = images or ws.path / "shown"
