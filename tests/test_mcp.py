@@ -455,3 +455,29 @@ def test_a_url_server_is_reset_before_each_episode(tmp_path: Path) -> None:
         server.wait(timeout=30)
     assert (solved.termination, solved.reward) == (Termination.SOLVED, 1.0), solved.error
     assert json.loads(looked.transcript[3]["content"]) == {}  # the reset emptied what the first episode wrote
+
+
+def test_an_mcp_bootcamp_is_served_one_reply_at_a_time_and_an_abandoned_episode_stops_its_server(
+    tmp_path: Path,
+) -> None:
+    from campflow.envserve.environment import TrainStream
+    from campflow.mcp.serve import EpisodeServer
+    from campflow.rollout.stepped import SteppedEpisode
+
+    bootcamp = _faulty_bootcamp(tmp_path)  # no faults: the ledger, its pids written down
+    served = EpisodeServer(TrainStream(bootcamp, [2], set()), RolloutSettings(episode_timeout=120))
+    session = served.open("one")
+    instance = session.episode.instance
+    assert "amount.txt" in session.episode.prompt[-1]["content"]
+    outcome = None
+    for call in [*instance.data["reference"], {"tool": "submit", "arguments": {"answer": "3.5"}}]:
+        arguments = {k: v.replace("{workdir}", "") if isinstance(v, str) else v for k, v in call["arguments"].items()}
+        if call["tool"] == "read_note":
+            arguments = {"path": "amount.txt"}  # the server runs in the episode's folder
+        parts, outcome, is_error = served.call(session, call["tool"], arguments)
+        assert not is_error, parts
+    assert outcome["reward"] == 1.0 and outcome["termination"] == "solved"
+    abandoned = SteppedEpisode(bootcamp, instance, RolloutSettings(episode_timeout=120))
+    assert not abandoned.done
+    abandoned.close()
+    assert _servers_gone(tmp_path / "pids", within=5.0) == []

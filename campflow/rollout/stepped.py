@@ -9,6 +9,8 @@ scoring and the termination category -- is the engine's, not a copy of it.
 The coroutine is driven by hand (``send``) rather than on an event loop: the caller's replies arrive
 one method call at a time, from a thread or a loop we do not own, and an episode whose policy does
 not suspend awaits nothing else. Nothing runs between two replies, so there is nothing to cancel.
+A served bootcamp's episode (an MCP server as its tools) does await its server: it runs on a loop of
+its own thread instead (:mod:`campflow.rollout.threaded`), driven the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.bootcamps.base import Bootcamp, Instance
 from campflow.bootcamps.served import ServedTools
-from campflow.errors import EnvServerError
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episode
 from campflow.rollout.episode import Episode
 
@@ -85,13 +86,14 @@ class SteppedEpisode:
     """
 
     def __init__(self, bootcamp: Bootcamp, instance: Instance, settings: RolloutSettings = RolloutSettings()) -> None:
-        if isinstance(bootcamp, ServedTools):  # its server calls need an event loop; this is driven by hand
-            raise EnvServerError(
-                f"{bootcamp.name}: a bootcamp whose tools are an MCP server cannot be stepped one reply at a time "
-                "(OpenEnv or MCP serving, GRPO environments) yet; evaluate it with the engine (campflow eval)"
-            )
         self.bootcamp, self.instance = bootcamp, instance
-        self._coro = run_episode(EpisodeSpec(bootcamp, instance), _Caller(), settings)
+        spec = EpisodeSpec(bootcamp, instance)
+        if isinstance(bootcamp, ServedTools):  # its server's calls need a running loop between two replies
+            from campflow.rollout.threaded import EpisodeOnLoop
+
+            self._coro: Any = EpisodeOnLoop(lambda policy: run_episode(spec, policy, settings), _Wait)
+        else:
+            self._coro = run_episode(spec, _Caller(), settings)
         self._seen = 0
         self.turns = 0
         self.tools: list[dict[str, Any]] = []
