@@ -13,12 +13,23 @@ once), then lets the handler it replaced act (Prefect's, so a flow still cancels
 raises :class:`Stopped`, a ``KeyboardInterrupt``. The CLI installs it around every command and the
 flows inside their bodies (:func:`unwinding`), because Prefect installs its own at the start of each
 flow. Handlers can only be set in the main thread; elsewhere :func:`signals` does nothing.
+
+A signal lands between any two bytecodes, so the exception a handler raises can land where Python
+cannot propagate it: inside a finalizer (``__del__`` of an asyncio transport), a weakref callback or
+an ``atexit`` hook, where Python prints "Exception ignored in ..." with a traceback and goes on as if
+nothing happened. Once a stop is recorded, :func:`signals` therefore reports nothing unraisable and
+no exception of a dying thread (the only output is the front end's one line), and a stop swallowed
+that way is delivered again at the next safe point. A signal after the outermost block ended (the
+process is on its way out) ends it at once with its line (:func:`own_process`), and :func:`exit_within` bounds the whole unwinding: whatever hangs on the
+way out (a client retrying a server the same signal took down), the process says its line and exits.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +38,9 @@ from typing import Any, TypeVar
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _hooks: list[Callable[[str], None]] = []
 _received: str | None = None
+_depth = 0  # nesting of active signals() blocks in the main thread
+_said = threading.Event()
+_say_lock = threading.Lock()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -43,6 +57,11 @@ def received() -> str | None:
     return _received
 
 
+def exit_code() -> int:
+    """The exit code of a process stopped by the recorded signal (128 + its number; 130 for SIGINT)."""
+    return 128 + signal.Signals[_received or "SIGINT"].value
+
+
 def on_stop(hook: Callable[[str], None]) -> None:
     """Run ``hook(signal_name)`` once, in the main thread, when the first stop signal arrives."""
     _hooks.append(hook)
@@ -55,7 +74,88 @@ def request_stop(signum: int) -> None:
         return
     _received = signal.Signals(signum).name
     for hook in _hooks:
-        hook(_received)
+        try:
+            hook(_received)
+        except Exception:  # noqa: BLE001  (a hook that fails must not lose the stop: see below)
+            # The signal lands anywhere, also inside an import (a hook that imports from a module half
+            # initialized fails): an exception from here would replace the stop and could be swallowed
+            # by the code it lands in (an ``except ImportError``), and the command would run on.
+            pass
+
+
+def say(line: str) -> None:
+    """Print ``line`` to stderr, once per process: the front end's last words after a stop, whether the
+    unwinding ends normally or :func:`exit_within` ends it."""
+    with _say_lock:
+        if _said.is_set():
+            return
+        _said.set()
+        print(line, file=sys.__stderr__ or sys.stderr, flush=True)  # the real stderr: the front end may mute sys.stderr
+
+
+def exit_within(seconds: float, last_words: Callable[[], str]) -> None:
+    """End the process ``seconds`` from now unless it has ended by then: say ``last_words()`` (if
+    nothing was said yet), stop this process's child processes and exit with :func:`exit_code`.
+
+    Call it once a stop is recorded. Unwinding normally takes well under a second; this bounds what
+    cannot be foreseen (an ``atexit`` hook that retries a dead server, a thread that never returns).
+    """
+
+    def deadline() -> None:
+        try:
+            say(last_words())
+        except Exception:  # noqa: BLE001  (the line must come out even if the store cannot say more)
+            say(f"stopped by {_received}")
+        _stop_children()
+        os._exit(exit_code())
+
+    timer = threading.Timer(seconds, deadline)
+    timer.daemon = True
+    timer.start()
+
+
+def _stop_children() -> None:
+    """Terminate this process's children (a server it started), so none outlives an abrupt exit."""
+    try:
+        import psutil
+    except ImportError:  # without psutil the children get the signal from the process group, if it was one
+        return
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(children, timeout=1.0)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+
+
+@contextmanager
+def starting() -> Iterator[None]:
+    """Within the block (a command line's imports, before any work), SIGINT and SIGTERM end the process
+    at once with one line: nothing has been done that needs unwinding."""
+
+    def stop_at_once(signum: int, frame: Any) -> None:
+        print(f"error: stopped by {signal.Signals(signum).name}: before the command started", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
+    installed = [s for s, before in previous.items() if before is not signal.SIG_IGN]
+    for s in installed:
+        signal.signal(s, stop_at_once)
+    try:
+        yield
+    finally:
+        for s in installed:
+            signal.signal(s, previous[s])
 
 
 def reset() -> None:
@@ -63,11 +163,64 @@ def reset() -> None:
     global _received
     _received = None
     _hooks.clear()
+    _last_words.clear()
+    _said.clear()
+
+
+def _is_stop(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a stop raised by a signal handler (ours, Python's SIGINT, Prefect's SIGTERM bridge)."""
+    return isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "TerminationSignal"
+
+
+def _unraisable(unraisable: Any) -> None:
+    """After a stop nothing unraisable is reported; a stop swallowed in a finalizer is delivered again."""
+    if _received is None:
+        _previous_hooks[0](unraisable)
+        return
+    if _is_stop(unraisable.exc_value) and _depth > 0 and threading.current_thread() is threading.main_thread():
+        # a moment later, not from here: a signal sent now would be handled inside this hook (or the
+        # rest of the finalizer) and swallowed again
+        again = threading.Timer(0.05, os.kill, args=(os.getpid(), signal.Signals[_received].value))
+        again.daemon = True
+        again.start()
+
+
+def _thread_exception(args: Any) -> None:
+    """After a stop, a thread that dies of it (or of the server it took down) dies quietly."""
+    if _received is None:
+        _previous_hooks[1](args)
+
+
+# the hooks in place when the outermost block began: they report as usual until a stop is recorded
+_previous_hooks: list[Any] = [sys.unraisablehook, threading.excepthook]
+
+
+_last_words: list[Callable[[str], str]] = []  # set by own_process()
+
+
+def own_process(last_words: Callable[[str], str]) -> None:
+    """Declare the caller the process's front end (the CLI): once its outermost :func:`signals` block has
+    ended (the command's work is done, or it unwound from a stop), a stop signal ends the process at once,
+    saying ``last_words(signal_name)`` if nothing was said yet, instead of Python's default (a
+    ``KeyboardInterrupt`` traceback from an exit hook, or a silent death by SIGTERM)."""
+    _last_words[:] = [last_words]
+
+
+def _exit_now(signum: int, frame: Any) -> None:
+    """A signal after the outermost block ended (the process is on its way out): one line, exit now."""
+    request_stop(signum)
+    try:
+        say(_last_words[0](_received or signal.Signals(signum).name) if _last_words else f"stopped by {_received}")
+    except Exception:  # noqa: BLE001  (the line must come out even if the store cannot say more)
+        say(f"error: stopped by {_received}")
+    sys.stdout.flush()
+    os._exit(exit_code())
 
 
 @contextmanager
 def signals() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM stop the process by unwinding (see the module docstring)."""
+    global _depth
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -83,11 +236,19 @@ def signals() -> Iterator[None]:
     installed = [s for s, before in previous.items() if before is not signal.SIG_IGN]
     for s in installed:
         signal.signal(s, handle)
+    if _depth == 0:
+        _previous_hooks[:] = [sys.unraisablehook, threading.excepthook]
+        sys.unraisablehook, threading.excepthook = _unraisable, _thread_exception
+    _depth += 1
     try:
         yield
     finally:
+        _depth -= 1
+        ending = _depth == 0 and (_received is not None or bool(_last_words))
         for s in installed:
-            signal.signal(s, previous[s])
+            signal.signal(s, _exit_now if ending else previous[s])
+        if _depth == 0 and _received is None:  # after a stop they stay quiet until the process is gone
+            sys.unraisablehook, threading.excepthook = _previous_hooks
 
 
 def unwinding(fn: F) -> F:

@@ -9,9 +9,13 @@ from __future__ import annotations
 import signal
 import sys
 
-import typer
+from campflow import stopping
 
-from campflow.errors import CampflowError
+with stopping.starting():  # a Ctrl-C while the command line loads: one line, not an import's traceback
+    import typer
+
+    from campflow.cli.common import add_workspace_option, quiet_after_stop, stop_message
+    from campflow.errors import CampflowError
 
 app = typer.Typer(
     name="campflow",
@@ -57,36 +61,39 @@ COMMAND_MODULES = (
 )
 
 
+STOP_GRACE_S = 8.0  # from the first stop signal to the process's end, at most (the promise: under 10 s)
+
+
 def main() -> None:
     """Console entry point: campflow errors become one line on stderr and a non-zero exit; Ctrl-C and
     SIGTERM unwind the command and say in one line where it stopped and how to resume."""
     import importlib
 
-    from campflow import stopping
-    from campflow.cli.common import add_workspace_option, quiet_after_stop, stop_message
-
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"campflow.cli.{name}")
-    add_workspace_option(app)
-
+    # the deadline first: whatever happens after the signal, the process ends within the grace
+    stopping.on_stop(lambda name: stopping.exit_within(STOP_GRACE_S, lambda: f"error: {stop_message(name)}"))
     stopping.on_stop(quiet_after_stop)
-    with stopping.signals():
-        try:
+    stopping.own_process(lambda name: f"error: {stop_message(name)}")
+    try:
+        with stopping.signals():
+            for name in COMMAND_MODULES:
+                importlib.import_module(f"campflow.cli.{name}")
+            add_workspace_option(app)
             app()
-        except BaseException as exc:
-            signal_name = stopping.received()
-            if signal_name is None and isinstance(exc, KeyboardInterrupt):
-                signal_name = "SIGINT"  # a Ctrl-C that arrived before the handler was installed
-            if signal_name is not None and not (isinstance(exc, SystemExit) and not exc.code):
-                # whatever unwinding raised on the way out (typer's exit 130, a Prefect API server
-                # that the same signal took down) is the stop's doing
-                print(f"error: {stop_message(signal_name)}", file=sys.stderr)
-                sys.exit(128 + signal.Signals[signal_name].value)
-            if isinstance(exc, ModuleNotFoundError):
-                from campflow.extras import missing_extra
+    except BaseException as exc:  # outside the block: a signal from here on ends the process with its line
+        signal_name = stopping.received()
+        if signal_name is None and isinstance(exc, KeyboardInterrupt):
+            signal_name = "SIGINT"  # a Ctrl-C that arrived before the handler was installed
+            stopping.request_stop(signal.SIGINT)
+        if signal_name is not None and not (isinstance(exc, SystemExit) and not exc.code):
+            # whatever unwinding raised on the way out (typer's exit 130, a Prefect API server
+            # that the same signal took down) is the stop's doing
+            stopping.say(f"error: {stop_message(signal_name)}")
+            sys.exit(stopping.exit_code())
+        if isinstance(exc, ModuleNotFoundError):
+            from campflow.extras import missing_extra
 
-                exc = missing_extra(exc) or exc  # a library of an extra: say which extra installs it
-            if isinstance(exc, CampflowError):
-                print(f"error: {exc}", file=sys.stderr)
-                sys.exit(exc.exit_code)
-            raise
+            exc = missing_extra(exc) or exc  # a library of an extra: say which extra installs it
+        if isinstance(exc, CampflowError):
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        raise

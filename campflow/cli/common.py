@@ -6,6 +6,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -120,18 +121,18 @@ def stop_message(signal_name: str) -> str:
 
 
 def quiet_after_stop(signal_name: str) -> None:
-    """Once a stop is asked for, the only output is the one line the command ends with: logging is
+    """Once a stop is asked for, the only output is the one line the command ends with: stderr and logging are
     silenced (Prefect reports the crash of every task and flow run at ERROR), and Prefect's API client
     gives up at the first refused connection, as the same signal may have taken down its ephemeral
     server (it would otherwise retry for a minute and end in a traceback)."""
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115  (click's "Aborted!", warnings: stopping.say writes the line)
     logging.disable(logging.CRITICAL)
     for logger in list(logging.root.manager.loggerDict.values()):
         if isinstance(logger, logging.Logger):  # Prefect's internal loggers ignore logging.disable
             logger.disabled = True
-    if "prefect.settings" in sys.modules:
-        from prefect.settings import get_current_settings
-
-        get_current_settings().client.max_retries = 0
+    settings = sys.modules.get("prefect.settings")  # not imported here: the signal may land inside its import
+    if settings is not None and hasattr(settings, "get_current_settings"):
+        settings.get_current_settings().client.max_retries = 0
 
 
 def resolve_local_model(cfg: CampflowConfig) -> None:
