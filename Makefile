@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: install run test lint format bench lowest-versions vllm mcp-servers clean
+.PHONY: install run test test-variations lint format bench lowest-versions vllm mcp-servers clean
 
 # Torch goes in first and pinned: the CPU wheel lies on this disk, while a looser
 # requirement pulled in by another package would fetch a multi-GB CUDA build.
@@ -22,8 +22,18 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/campflow improve --config configs/default.yaml
 
+# Two pytest workers, each taking whole files (a file's fixtures, a tiny model built once, stay in one
+# process): much of the suite waits on subprocesses and servers, so two share the 2 cores well. Every
+# failure is reported, not the first only. PYTEST_ARGS adds options (e.g. PYTEST_ARGS=-x locally).
+PYTEST_ARGS ?=
 test: lint
-	$(PY) -m pytest -q -x
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
+
+# The tests of trained numbers (marker `numeric`) once more where another machine would differ: torch's
+# plain kernels (as an older CPU runs) at one thread, and this CPU's own kernels at two.
+test-variations: $(STAMP)
+	ATEN_CPU_CAPABILITY=default CAMPFLOW_CPU_THREADS=1 $(PY) -m pytest -q -m numeric $(PYTEST_ARGS)
+	CAMPFLOW_CPU_THREADS=2 $(PY) -m pytest -q -m numeric $(PYTEST_ARGS)
 
 # ruff's lint and format rules are in pyproject.toml; `make format` applies both
 lint: $(STAMP)

@@ -10,7 +10,8 @@ steps, generation batches) at one setting, now and then tries the other for a co
 keeps whichever did more work per second. A probe that loses backs off (it is tried half as often
 again), so a busy machine pays for few slow probes.
 
-A number (``cpu_threads: 2``) fixes the count and measures nothing. Accelerators ignore this.
+A number (``cpu_threads: 2``, or ``CAMPFLOW_CPU_THREADS=2`` in the environment for ``auto``) fixes the
+count and measures nothing. Accelerators ignore this.
 
 Torch keeps the count per thread once a thread has computed (OpenMP's setting is thread-local), so
 :meth:`ThreadTuner.apply` is called on the thread that is about to compute, before each unit.
@@ -30,10 +31,23 @@ from campflow.errors import ConfigError
 CPU_THREADS_HELP = "torch threads on a CPU: auto (measured while running: 1 or all cores) or a number"
 
 
+THREADS_ENV = "CAMPFLOW_CPU_THREADS"
+
+
 def parse_cpu_threads(value: int | str) -> int | None:
-    """``auto`` -> None (tune), a positive integer -> itself; anything else is refused in one line."""
+    """``auto`` -> None (tune), a positive integer -> itself; anything else is refused in one line.
+
+    ``CAMPFLOW_CPU_THREADS=N`` in the environment fixes ``auto`` at N for the whole process (every step,
+    training and generation): for a machine shared with known other work, and for the test runs that
+    check numeric references at 1 and at 2 threads.
+    """
     if value == "auto":
-        return None
+        fixed = os.environ.get(THREADS_ENV, "").strip()
+        if not fixed:
+            return None
+        if not fixed.isdigit() or int(fixed) < 1:
+            raise ConfigError(f"{THREADS_ENV}={fixed!r}: expected a positive integer (or unset, to measure)")
+        return int(fixed)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     raise ConfigError(f"cpu_threads {value!r}: expected auto or a positive integer")

@@ -156,6 +156,7 @@ def test_the_thinking_model_is_evaluated_and_sees_its_reasoning_as_its_template_
     assert "<think>\nadd them first\n</think>" in text  # within the current turn, Qwen3 shows the reasoning
 
 
+@pytest.mark.numeric
 def test_the_thinking_model_trains_with_trls_qwen3_training_template_through_sft_and_rl(thinking) -> None:
     from transformers import AutoTokenizer
     from trl import chat_template_utils

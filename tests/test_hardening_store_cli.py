@@ -474,11 +474,6 @@ def test_a_write_that_gives_up_marks_the_run_failed_and_a_rerun_completes_only_w
 # -- stopping --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="known open bug: in the full suite (not alone, nor after test_env_serve or test_author_sandbox) the "
-    "interrupted CLI hangs past 120 s instead of one line; found on CI, cause not yet found",
-    strict=False,
-)
 def test_ctrl_c_mid_evaluation_says_where_it_stopped_and_the_rerun_completes_it(tmp_path) -> None:
     db = tmp_path / "campflow-data" / STORE
     args = [

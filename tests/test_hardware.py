@@ -190,17 +190,24 @@ def test_accelerate_launch_cpu_means_no_accelerator(monkeypatch) -> None:
     assert Capability.detect() == Capability()
 
 
-# Regression reference for the embedded CPU default (the tiny model on the fixed chats of
-# tests/fixed_chats.py, 4 SFT steps of batch 4). Produced by running the same steps through the code
-# before device/precision were configurable (commit 17782b9: SFTConfig with bf16 off and use_cpu hard-coded on,
-# models loaded in float32 with no device; the tokenizer corpus patched in as the fixed chats) on this
-# 2-core CPU with torch 2.13.0+cpu; the new code must give the same floats, bit for bit.
-REFERENCE_FINGERPRINT = "af82832614047df4"
-REFERENCE_LOSS_CURVE = [(1, 5.98313570022583), (2, 5.905789375305176), (3, 5.865253448486328), (4, 5.820337295532227)]
-REFERENCE_TRAIN_LOSS = 5.89362895488739
+# Regression reference for the embedded CPU default: the tiny model on the fixed chats of
+# tests/fixed_chats.py, 4 SFT steps of batch 4, recorded on a 2-core AVX-512 machine with torch 2.13.0+cpu.
+# What is deterministic by construction is compared exactly: the weights as initialized (drawn in float64,
+# see tinymodel.initialized) and the tokenizer, and so the saved base, which is not pretrained here.
+# What training computed (losses) depends in its last bits on the CPU's vector kernels and the thread count,
+# so it is compared within LOSS_RTOL. Measured on one machine under ATEN_CPU_CAPABILITY=default, avx2 and
+# avx512, each at 1 and 2 threads: the losses differ by up to 4.8e-7 (8e-8 relative), the weights after the
+# 4 steps by up to 5e-8; another machine of this kind differed from the recording one by 1.6e-7 relative.
+# 1e-5 is 60x that, and 10-24x below what a 1% change of the learning rate moves (1e-4 to 2.4e-4 relative).
+REFERENCE_INIT_FINGERPRINT = "ca341e9964414ab1"
+REFERENCE_FINGERPRINT = "18c5cae69005a4c1"
+REFERENCE_LOSS_CURVE = [(1, 5.973541259765625), (2, 5.9079484939575195), (3, 5.861606597900391), (4, 5.834375858306885)]
+REFERENCE_TRAIN_LOSS = 5.894368052482605
+LOSS_RTOL = 1e-5
 
 
-def test_the_embedded_cpu_default_trains_bit_for_bit_as_before(tmp_path: Path) -> None:
+@pytest.mark.numeric
+def test_the_embedded_cpu_default_trains_as_recorded_on_any_cpu_and_thread_count(tmp_path: Path) -> None:
     from campflow.storage.store import Store
     from campflow.training import checkpoints, tinymodel
     from campflow.training.sft import train_sft
@@ -212,7 +219,7 @@ def test_the_embedded_cpu_default_trains_bit_for_bit_as_before(tmp_path: Path) -
         ["fixed"],
         texts=fixed_chats.corpus(tinymodel.chat_template()),
     )
-    assert built.fingerprint == REFERENCE_FINGERPRINT
+    assert (built.init_fingerprint, built.fingerprint) == (REFERENCE_INIT_FINGERPRINT, REFERENCE_FINGERPRINT)
     checkpoints.register(store, "base-fixed", "base", tmp_path / "base")
     dataset = fixed_chats.save_sft_dataset(store, tmp_path / "ds")
     result = train_sft(
@@ -223,8 +230,10 @@ def test_the_embedded_cpu_default_trains_bit_for_bit_as_before(tmp_path: Path) -
         SFTConfig(max_steps=4, batch_size=4),
         hardware=resolve_hardware("auto", "auto", Capability()),
     )
-    assert [tuple(p) for p in result.metrics["loss_curve"]] == REFERENCE_LOSS_CURVE
-    assert result.metrics["train_loss"] == REFERENCE_TRAIN_LOSS
+    curve = [tuple(p) for p in result.metrics["loss_curve"]]
+    assert [step for step, _ in curve] == [step for step, _ in REFERENCE_LOSS_CURVE]
+    assert [loss for _, loss in curve] == pytest.approx([loss for _, loss in REFERENCE_LOSS_CURVE], rel=LOSS_RTOL)
+    assert result.metrics["train_loss"] == pytest.approx(REFERENCE_TRAIN_LOSS, rel=LOSS_RTOL)
     assert (result.metrics["device"], result.metrics["precision"]) == ("cpu", "fp32")
 
 

@@ -13,6 +13,8 @@ from campflow.config import LoRAConfig, SFTConfig, TinyModelConfig, load_config
 from tests import fixed_chats
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.numeric  # trains an adapter and compares what it computed
+
 LORA = LoRAConfig(r=4, alpha=8, dropout=0.0)
 PROMPT = fixed_chats.conversations(1, seed=7)[0][:2]
 

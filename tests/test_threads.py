@@ -73,6 +73,17 @@ def test_a_bad_thread_setting_is_refused_in_one_line(value):
         parse_cpu_threads(value)
 
 
+def test_the_environment_fixes_auto_for_the_whole_process_and_a_bad_value_is_one_line(monkeypatch):
+    monkeypatch.setenv("CAMPFLOW_CPU_THREADS", "2")
+    assert parse_cpu_threads("auto") == 2 and parse_cpu_threads(1) == 1  # a number in the config still wins
+    assert resolve_hardware("cpu").thread_tuner().choices == [2]
+    monkeypatch.setenv("CAMPFLOW_CPU_THREADS", "two")
+    with pytest.raises(ConfigError, match="CAMPFLOW_CPU_THREADS='two': expected a positive integer"):
+        parse_cpu_threads("auto")
+    monkeypatch.delenv("CAMPFLOW_CPU_THREADS")
+    assert parse_cpu_threads("auto") is None
+
+
 def test_only_a_cpu_gets_a_tuner():
     assert resolve_hardware("cpu", cpu_threads=3).thread_tuner().choices == [3]
     assert resolve_hardware("cpu").thread_tuner().tuning in (True, False)  # auto: cores decide

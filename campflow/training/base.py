@@ -45,6 +45,7 @@ def _ensure(
         "parameters": built.parameters,
         "vocab_size": built.vocab_size,
         "fingerprint": built.fingerprint,
+        "init_fingerprint": built.init_fingerprint,
         **built.pretraining,
     }
     return checkpoints.register(store, model_id, "base", final, metrics={**metrics, **dict.fromkeys(kind, True)})

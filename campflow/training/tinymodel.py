@@ -48,13 +48,50 @@ TAG_TOKENS = [
 
 @dataclass(frozen=True)
 class BuiltModel:
-    """A model saved on disk, with its size and a fingerprint of its weights and tokenizer."""
+    """A model saved on disk, with its size and fingerprints.
+
+    ``init_fingerprint`` (the weights as initialized, before any training step, and the tokenizer) is the
+    same on every machine (see :func:`initialized`); ``fingerprint`` (the files saved) is too when nothing
+    was pretrained, and otherwise only on machines with the same kernels and thread counts: floating-point
+    sums differ in their last bits between vector instruction sets and thread counts, and training carries
+    those bits on.
+    """
 
     path: Path
     parameters: int
     vocab_size: int
     fingerprint: str
+    init_fingerprint: str
     pretraining: dict[str, float | int] = field(default_factory=dict)
+
+
+def initialized(model_class: Any, config: Any, seed: int) -> Any:
+    """A ``model_class(config)`` initialized from ``seed``, with the same float32 weights on every CPU.
+
+    Torch draws float32 normals with vectorized kernels whose last bit differs between instruction sets
+    (AVX2 or AVX-512 against the plain kernels that ``ATEN_CPU_CAPABILITY=default`` or an older CPU runs);
+    float64 draws take one scalar path everywhere, so the weights are drawn in float64 and rounded.
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model = model_class(config)
+    finally:
+        torch.set_default_dtype(previous)
+    return model.to(torch.float32)
+
+
+def weights_fingerprint(model: Any, tokenizer_json: str = "") -> str:
+    """A hash of a model's weights in memory (names, shapes, bytes) and of its tokenizer's JSON."""
+    h = hashlib.sha256(tokenizer_json.encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(str(tuple(tensor.shape)).encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def chat_template(name: str = "qwen2.5") -> str:
@@ -157,7 +194,6 @@ def build_tiny_model(
     ``texts`` replaces the bootcamps' corpus for the tokenizer; ``hardware`` sets the saved precision
     (default: fp32, the embedded model's).
     """
-    import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     hardware = hardware or resolve_hardware("cpu", "fp32")
@@ -181,8 +217,8 @@ def build_tiny_model(
         rope_theta=10000.0,
         dtype="float32",
     )
-    torch.manual_seed(cfg.seed)
-    model = Qwen3ForCausalLM(config)
+    model = initialized(Qwen3ForCausalLM, config, cfg.seed)
+    init_fingerprint = weights_fingerprint(model, tokenizer.backend_tokenizer.to_str())
     pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed, hardware)
     if hardware.dtype != "float32":
         model = model.to(hardware.torch_dtype())
@@ -195,11 +231,18 @@ def build_tiny_model(
     tokenizer.save_pretrained(out)
     (out / "campflow.json").write_text(
         json.dumps(
-            {"kind": "base", "bootcamps": list(bootcamps), "tiny_model": cfg.model_dump(), "pretraining": pretraining},
+            {
+                "kind": "base",
+                "bootcamps": list(bootcamps),
+                "tiny_model": cfg.model_dump(),
+                "init_fingerprint": init_fingerprint,
+                "pretraining": pretraining,
+            },
             indent=1,
         )
     )
-    return BuiltModel(out, sum(p.numel() for p in model.parameters()), len(tokenizer), fingerprint(out), pretraining)
+    size = sum(p.numel() for p in model.parameters())
+    return BuiltModel(out, size, len(tokenizer), fingerprint(out), init_fingerprint, pretraining)
 
 
 def copy_pretrain(

@@ -27,7 +27,15 @@ from typing import Any
 from campflow.agents.vision import VISION_TOKENS, image_only_processor, save_processor
 from campflow.config import ReadingPretrainingConfig, TinyModelConfig, TinyVisionModelConfig
 from campflow.hardware import Hardware, resolve_hardware
-from campflow.training.tinymodel import BuiltModel, build_tokenizer, copy_pretrain, corpus, fingerprint
+from campflow.training.tinymodel import (
+    BuiltModel,
+    build_tokenizer,
+    copy_pretrain,
+    corpus,
+    fingerprint,
+    initialized,
+    weights_fingerprint,
+)
 
 MERGE = 2  # patches per side merged into one image token (Qwen-VL's spatial merge)
 TEMPORAL_PATCH = 2  # Qwen-VL repeats a still image over two frames
@@ -104,7 +112,6 @@ def build_tiny_vlm(
     ``texts`` replaces the bootcamps' corpus for the tokenizer; ``hardware`` sets the saved precision
     (default: fp32).
     """
-    import torch
     from transformers import GenerationConfig, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     hardware = hardware or resolve_hardware("cpu", "fp32")
@@ -157,8 +164,8 @@ def build_tiny_vlm(
         vision_end_token_id=token("<|vision_end|>"),
         tie_word_embeddings=True,
     )
-    torch.manual_seed(cfg.seed)
-    model = Qwen3VLForConditionalGeneration(config)
+    model = initialized(Qwen3VLForConditionalGeneration, config, cfg.seed)
+    init_fingerprint = weights_fingerprint(model, tokenizer.backend_tokenizer.to_str())
     pretraining = copy_pretrain(model, tokenizer, cfg.pretrain, cfg.seed, hardware)  # the language model, text only
     pretraining |= read_pretrain(model, processor, cfg.read, bootcamps, cfg.seed, hardware)
     if hardware.dtype != "float32":
@@ -172,8 +179,15 @@ def build_tiny_vlm(
     save_processor(processor, out)
     (out / "campflow.json").write_text(
         json.dumps(
-            {"kind": "base", "bootcamps": list(bootcamps), "tiny_vl": cfg.model_dump(), "pretraining": pretraining},
+            {
+                "kind": "base",
+                "bootcamps": list(bootcamps),
+                "tiny_vl": cfg.model_dump(),
+                "init_fingerprint": init_fingerprint,
+                "pretraining": pretraining,
+            },
             indent=1,
         )
     )
-    return BuiltModel(out, sum(p.numel() for p in model.parameters()), len(tokenizer), fingerprint(out), pretraining)
+    size = sum(p.numel() for p in model.parameters())
+    return BuiltModel(out, size, len(tokenizer), fingerprint(out), init_fingerprint, pretraining)
