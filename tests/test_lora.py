@@ -59,7 +59,7 @@ def _greedy_in_memory(model, tokenizer) -> str:  # noqa: ANN001
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory):
-    """A tiny base model on the fixed chats and a LoRA adapter trained on them (30 steps), with the trained
+    """A tiny base model on the fixed chats and a LoRA adapter trained on them (80 steps), with the trained
     model's greedy reply captured in memory when training ended."""
     import pytest as _pytest
 
@@ -91,7 +91,7 @@ def adapter(tmp_path_factory):
     with _pytest.MonkeyPatch.context() as mp:
         mp.setattr(sft, "progress_callback", capturing)
         result = sft.train_sft(
-            store, ws, base.model_id, dataset, SFTConfig(max_steps=30, batch_size=4, learning_rate=0.01, lora=LORA)
+            store, ws, base.model_id, dataset, SFTConfig(max_steps=80, batch_size=4, learning_rate=0.01, lora=LORA)
         )
     return ws, store, base, result, captured
 

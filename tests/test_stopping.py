@@ -144,6 +144,8 @@ def _oracle(n: int) -> OracleScript:
     return OracleScript([i for b in ("calculator", "maze") for i in eval_instances(registry.make(b), n)])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # a start of the command per stop: minutes on a loaded 2-core machine
 def test_an_evaluation_stopped_at_fourteen_seeded_moments_says_one_line_each_time_and_completes(tmp_path) -> None:
     n = 10
     env = {**os.environ, "COLUMNS": "200", "CAMPFLOW__ROLLOUT__SHARD_SIZE": "2", "CAMPFLOW__ROLLOUT__WORKERS": "1"}
@@ -185,6 +187,8 @@ def test_an_evaluation_stopped_at_fourteen_seeded_moments_says_one_line_each_tim
     assert ("completed",) in run_sql(db, f"SELECT status FROM runs WHERE run_id = '{run}'").rows
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # a start of the command per stop: minutes on a loaded 2-core machine
 def test_a_cycle_stopped_at_six_seeded_moments_says_one_line_each_time_and_resumes_without_duplicates(
     tmp_path,
 ) -> None:
