@@ -315,6 +315,19 @@ def test_a_task_file_with_bad_rows_is_one_clear_error_naming_the_line() -> None:
         parse_tasks(["{"], "tasks.jsonl")
 
 
+def test_bad_import_input_is_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(LEDGER_TASKS[0]) + "\n")
+    cases = {
+        ("--url", "http://127.0.0.1:9/mcp"): "needs --reset-tool",
+        ("--server", str(tmp_path / "no-such-server")): "did not start",
+    }
+    for args, says in cases.items():
+        result = run_cli("import", "mcp", "--tasks", str(tasks), "--name", "x", *args, cwd=tmp_path)
+        assert result.returncode == 2 and says in result.stderr + result.stdout, result.stderr
+        assert "Traceback" not in result.stderr and len((result.stderr + result.stdout).strip().splitlines()) == 1
+
+
 SQLITE_TASKS = [
     {
         "id": "orders-table",

@@ -155,6 +155,10 @@ def import_mcp(
     require("mcp")
     if (server is None) == (url is None):
         raise ImportSourceError("give exactly one of --server (a command) and --url")
+    if url is not None and reset_tool is None:
+        raise ImportSourceError(
+            f"--url {url} needs --reset-tool: the tool that gives each episode a fresh state on a shared server"
+        )
     try:
         reset = {"tool": reset_tool, "arguments": json.loads(reset_args)} if reset_tool else None
         spec = (

@@ -19,7 +19,8 @@ no task left                            the import is refused, with the first re
 
 Doing nothing may pass some checks (a check that a table is still empty): the largest share it passes
 over the kept tasks is the bootcamp's wrong-answer bound, recorded with the import. Tasks are vetted a
-few at a time (:data:`CONCURRENCY` servers at once); each costs three server starts.
+few at a time (:data:`CONCURRENCY` servers at once); each costs three server starts, after one start
+that shows the server starts at all (else the import is refused with the server's own error).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from campflow.bootcamps.adapters import ImportSpec
-from campflow.errors import CampflowError, ImportSourceError
+from campflow.errors import CampflowError, ImportSourceError, ToolServerError
 from campflow.mcp.bootcamp import FINISH
 from campflow.mcp.tasks import McpTaskBootcamp, McpTaskParams, TaskRow, build
 
@@ -57,6 +58,10 @@ def vet_tasks(spec: ImportSpec, say: Callable[[str], None] | None = None) -> Vet
 
     bootcamp = build(spec)
     rows = list(bootcamp.rows.values())
+    try:  # a server that does not start at all is one line, not one per task
+        run_async(_starts(bootcamp, rows[0]))
+    except ToolServerError as exc:
+        raise ImportSourceError(str(exc)) from None
     outcomes = run_async(_vet_all(bootcamp, rows))
     vetted = Vetted(kept=[], tools=list(bootcamp._declared or []))
     for row, (reason, share) in zip(rows, outcomes):
@@ -70,6 +75,11 @@ def vet_tasks(spec: ImportSpec, say: Callable[[str], None] | None = None) -> Vet
         reasons = "; ".join(f"{tid}: {why}" for tid, why in list(vetted.dropped.items())[:3])
         raise ImportSourceError(f"mcp source {spec.source!r}: no task passes its vetting ({reasons[:600]})")
     return vetted
+
+
+async def _starts(bootcamp: McpTaskBootcamp, row: TaskRow) -> None:
+    async with bootcamp.episode(bootcamp.generate(McpTaskParams(level=row.level, task=row.id), 0)):
+        pass
 
 
 async def _vet_all(bootcamp: McpTaskBootcamp, rows: Sequence[TaskRow]) -> list[tuple[str | None, float]]:
