@@ -216,6 +216,10 @@ def _deterministic(
     bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict[str, Any], digests: dict[int, dict[int, str]]
 ) -> None:
     evidence.update(bootcamp=bootcamp, level=level)
+    for seed in seeds:  # one at a time first, so a failure's evidence names its seed
+        evidence["seed"] = seed
+        contract.check_deterministic(bootcamp, level, [seed])
+    evidence.pop("seed", None)
     contract.check_deterministic(bootcamp, level, seeds)
     found = digests.setdefault(level, {})
     for seed in seeds:
