@@ -82,29 +82,77 @@ def test_a_good_file_checks_every_level_and_imports(imported) -> None:
     assert "warehouse" in listed and "bootcamp" in listed
 
 
-def test_an_imported_file_evaluates_mines_collects_builds_a_dataset_and_trains_a_step(imported, tmp_path) -> None:
+@pytest.fixture(scope="module")
+def prefect_api(prefect_harness) -> dict[str, str]:
+    """The session's Prefect API, for the commands' subprocesses (each would start its own otherwise)."""
+    from prefect.settings import PREFECT_API_URL
+
+    return {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
+
+
+def test_an_imported_file_evaluates_mines_collects_builds_a_dataset_and_trains_a_step(
+    imported, prefect_api, tmp_path
+) -> None:
     ws, cwd = str(imported["ws"]), imported["cwd"]
     config = _write(
         tmp_path,
         "tiny.yaml",
         "training:\n  bootcamps: [warehouse]\n  tiny:\n    vocab_size: 600\n    hidden_size: 32\n"
         "    intermediate_size: 64\n    layers: 1\n    heads: 2\n    kv_heads: 1\n    corpus_per_level: 4\n"
-        "    pretrain:\n      steps: 2\n",
+        "    pretrain:\n      steps: 2\npolicy:\n  noise:\n    p_wrong_answer: 0.8\n",
     )
     base = ["--workspace", ws, "--config", str(config)]
-    oracle = _ok(
-        run_cli("eval", "-b", "warehouse", "-p", "oracle", "-n", "3", "--run-id", "own-oracle", *base, cwd=cwd)
+    _ok(
+        run_cli(
+            "eval",
+            "-b",
+            "warehouse",
+            "-p",
+            "oracle",
+            "-n",
+            "3",
+            "--run-id",
+            "own-oracle",
+            *base,
+            cwd=cwd,
+            env=prefect_api,
+        )
     )
-    assert re.search(r"warehouse\s*│\s*1(\.0+)?\s", oracle), oracle
-    _ok(run_cli("eval", "-b", "warehouse", "-p", "noisy", "-n", "6", "--run-id", "own-noisy", *base, cwd=cwd))
-    mined = _ok(run_cli("failures", "--run", "own-noisy", *base, cwd=cwd))
+    from campflow.storage.store import Store
+
+    rewards = Store(imported["ws"] / "campflow.duckdb").query(
+        "SELECT bootcamp, reward FROM episodes WHERE run_id = 'own-oracle'"
+    )
+    assert len(rewards) >= 3 and all(r["bootcamp"] == "warehouse" and r["reward"] == 1.0 for r in rewards), rewards
+    _ok(
+        run_cli(
+            "eval",
+            "-b",
+            "warehouse",
+            "-p",
+            "noisy",
+            "-n",
+            "6",
+            "--run-id",
+            "own-noisy",
+            *base,
+            cwd=cwd,
+            env=prefect_api,
+        )
+    )
+    mined = _ok(run_cli("failures", "--run", "own-noisy", *base, cwd=cwd, env=prefect_api))
     assert "warehouse" in mined
-    _ok(run_cli("collect", "-b", "warehouse", "-n", "6", "--run-id", "own-teacher", *base, cwd=cwd))
-    built = _ok(run_cli("dataset", "build", "--runs", "own-teacher", *base, cwd=cwd))
+    _ok(run_cli("collect", "-b", "warehouse", "-n", "6", "--run-id", "own-teacher", *base, cwd=cwd, env=prefect_api))
+    built = _ok(run_cli("dataset", "build", "--runs", "own-teacher", *base, cwd=cwd, env=prefect_api))
     dataset = re.search(r"dataset (\S+):", built).group(1)
-    _ok(run_cli("train", "base", "-b", "warehouse", *base, cwd=cwd))
-    trained = _ok(run_cli("train", "sft", "--from", "base", "--dataset", dataset, "--steps", "1", *base, cwd=cwd))
-    assert "sft" in trained
+    made = _ok(run_cli("train", "base", "-b", "warehouse", *base, cwd=cwd, env=prefect_api))
+    model = re.search(r"base (base-\S+) at", made).group(1)
+    trained = _ok(
+        run_cli("train", "sft", "--from", model, "--dataset", dataset, "--steps", "1", *base, cwd=cwd, env=prefect_api)
+    )
+    assert re.search(rf"sft (sft-\S+) \(from {model}\)", trained), trained
+    sft = Store(imported["ws"] / "campflow.duckdb").query("SELECT dataset_id FROM checkpoints WHERE kind = 'sft'")
+    assert [r["dataset_id"] for r in sft] == [dataset]
     assert not (cwd / "campflow-data").exists()
 
 
@@ -207,3 +255,36 @@ def test_the_bounds_of_a_field_reach_the_schema_the_agent_sees(imported, tmp_pat
     schema = next(s for s in bootcamp.tool_schemas(bootcamp.generate(1, 0)) if s["function"]["name"] == "pick")
     count = schema["function"]["parameters"]["properties"]["count"]
     assert (count["type"], count["minimum"], count["maximum"]) == ("integer", 1, 50)
+
+
+def test_every_command_that_touches_a_store_takes_workspace() -> None:
+    import importlib
+    import inspect
+
+    from campflow.cli import COMMAND_MODULES, app
+    from campflow.cli.common import add_workspace_option
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"campflow.cli.{name}")
+    add_workspace_option(app)
+    add_workspace_option(app)  # idempotent: main() may run twice in one process
+
+    def commands(group, prefix=""):
+        for info in group.registered_commands:
+            yield prefix + (info.name or info.callback.__name__), inspect.signature(info.callback).parameters
+        for sub in group.registered_groups:
+            yield from commands(sub.typer_instance, f"{prefix}{sub.name} ")
+
+    found = dict(commands(app))
+    assert {"eval", "collect", "failures", "imports", "import bootcamp", "train sft", "dataset build"} <= set(found)
+    for command, params in found.items():
+        if "db" in params:
+            assert "workspace" in params, command
+
+
+def test_import_class_on_a_bootcamp_file_points_to_import_bootcamp_and_writes_nothing(tmp_path) -> None:
+    source = _write(tmp_path / "mine", "warehouse.py", WAREHOUSE.read_text(encoding="utf-8"))
+    out = run_cli("import", "class", f"{source}:Warehouse", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert f"`campflow import bootcamp {source}:Warehouse`" in out.stderr
+    assert not (tmp_path / "campflow-data").exists()

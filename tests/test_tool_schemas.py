@@ -67,3 +67,29 @@ def test_field_bounds_reach_the_tool_schema() -> None:
     for field, constraints in _declared(PickArgs).items():
         assert {k: props[field][k] for k in constraints} == constraints
     assert set(CONSTRAINT_KEYS) >= {"minimum", "maximum", "minLength", "maxLength", "pattern"}
+
+
+def test_rl_prompts_render_the_bootcamps_schema_with_its_bounds_where_trl_would_drop_them() -> None:
+    import inspect
+
+    from transformers.utils import get_json_schema
+
+    from campflow.bootcamps.adapters import ImportSpec, register_import
+    from campflow.bootcamps.adapters.authored import source_sha256
+    from campflow.training.environments import environment_class, rendered_tools
+    from tests.test_own_bootcamp import WAREHOUSE
+
+    sha = source_sha256(WAREHOUSE.read_text(encoding="utf-8"))
+    register_import(
+        ImportSpec(name="warehouse", adapter="bootcamp", source=str(WAREHOUSE), options={"sha256": sha}), replace=True
+    )
+    env = environment_class("warehouse")
+    methods = [getattr(env(), n) for n, _ in inspect.getmembers(env, inspect.isfunction) if not n.startswith("_")]
+    methods = [m for m in methods if m.__name__ not in ("reset", "get_reward")]
+    rendered = rendered_tools(env, methods)
+    assert [r["function"]["name"] for r in rendered] == [m.__name__ for m in methods]  # TRL's order kept
+    pick = next(r for r in rendered if r["function"]["name"] == "pick")["function"]["parameters"]["properties"]
+    assert (pick["count"]["minimum"], pick["count"]["maximum"]) == (1, 50)
+    trl = get_json_schema(env.pick)["function"]["parameters"]["properties"]["count"]
+    assert "minimum" not in trl  # what TRL alone would have shown the model
+    assert {k: v for k, v in pick["count"].items() if k not in ("minimum", "maximum")} == trl

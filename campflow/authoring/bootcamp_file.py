@@ -106,7 +106,10 @@ def read_bootcamp_file(target: str) -> BootcampFile:
     path = Path(file_part).expanduser().absolute()
     if not path.is_file():
         why = "is a folder" if path.is_dir() else "does not exist"
-        raise ImportSourceError(f"bootcamp file {file_part} {why}; expected a Python file defining a Bootcamp subclass")
+        names = "" if file_part.endswith(".py") else f" (or a built-in name: {', '.join(registry.BUILTIN)})"
+        raise ImportSourceError(
+            f"bootcamp file {file_part} {why}; expected a Python file defining a Bootcamp subclass{names}"
+        )
     try:
         source = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -146,6 +149,16 @@ def read_bootcamp_file(target: str) -> BootcampFile:
     if name is None:
         raise ImportSourceError(f'{file_part}:{chosen} declares no name; give the class name = "..." (lowercase)')
     return BootcampFile(target, path, chosen, name, source)
+
+
+def defines_bootcamp(path: Path, class_name: str) -> bool:
+    """Whether the Python file ``path`` defines ``class_name`` as a Bootcamp subclass (read as text; False
+    where it cannot be read or parsed)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return False
+    return class_name in _bootcamp_classes({n.name: n for n in tree.body if isinstance(n, ast.ClassDef)})
 
 
 def check_bootcamp(target: str, *, cfg: CampflowConfig | None = None, instances: int | None = None) -> CheckReport:

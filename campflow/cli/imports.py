@@ -113,6 +113,14 @@ def import_class(
     module, sep, cls = source.rpartition(":")
     if sep and module.endswith(".py"):  # a file path must survive a change of working directory
         source = f"{Path(module).resolve()}:{cls}"
+        from campflow.authoring.bootcamp_file import defines_bootcamp
+        from campflow.errors import ImportSourceError
+
+        if defines_bootcamp(Path(module), cls):  # refused before any store is made
+            raise ImportSourceError(
+                f"{cls} in {module} is a campflow Bootcamp, not an InternBootcamp-style class; import it with "
+                f"`campflow import bootcamp {module}:{cls}`"
+            )
     levels = None
     if levels_from is not None:  # the file's content goes on record, not its path
         from campflow.bootcamps.adapters.class_sources import read_levels_file

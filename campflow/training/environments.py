@@ -139,6 +139,18 @@ def environment_class(name: str, *, images: bool = False) -> type[BootcampEnviro
     return type(f"{name.title().replace('-', '').replace('_', '')}Environment", (BootcampEnvironment,), members)
 
 
+def rendered_tools(environment: type[BootcampEnvironment], tools: list[Any]) -> list[Any]:
+    """``tools`` (TRL's list for ``environment``: its methods) with each of the environment's tool methods
+    replaced by the bootcamp's own schema, in the same order.
+
+    TRL renders a method through transformers' ``get_json_schema``, which cannot carry an argument's
+    bounds, lengths or pattern; the bootcamp's schema (:meth:`campflow.bootcamps.base.Tool.schema`) does,
+    and it is what evaluation and SFT render, so RL prompts say the same."""
+    bootcamp = environment.bootcamp
+    schemas = {s["function"]["name"]: s for s in bootcamp.tool_schemas(bootcamp.generate(None, 0))}
+    return [schemas.get(getattr(t, "__name__", None), t) if callable(t) else t for t in tools]
+
+
 def environment_factories(names: list[str], *, images: bool = False) -> dict[str, type[BootcampEnvironment]]:
     """``{bootcamp: environment class}``; TRL calls each class to make an instance per rollout. ``images``
     (a vision-language model): the environments return the images of vision bootcamps."""

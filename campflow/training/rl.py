@@ -195,7 +195,8 @@ def episode_trainer_class() -> type:
     TRL's tool loop goes on generating after a bootcamp's final tool (``submit``): the model calls
     tools that answer "the episode has already ended" until it stops or runs out of rounds, and those
     tokens would be trained with the episode's advantage though no evaluation ever plays them. They
-    are masked out of the loss here (TRL's tool mask), so RL learns from the episode evaluation scores."""
+    are masked out of the loss here (TRL's tool mask), so RL learns from the episode evaluation scores.
+    Its prompts render each bootcamp's own tool schemas (:func:`~campflow.training.environments.rendered_tools`)."""
     from trl import GRPOTrainer
 
     if not callable(getattr(GRPOTrainer, "_tool_call_loop", None)):  # TRL's private hook moved: say so, never skip it
@@ -203,6 +204,15 @@ def episode_trainer_class() -> type:
 
     class EpisodeGRPOTrainer(GRPOTrainer):
         final_tools: dict[str | None, set[str]] = {}
+
+        def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
+            super().__init__(*args, **kwargs)
+            # prompts render the bootcamps' own tool schemas (with the arguments' bounds), as evaluation
+            # and SFT do; TRL would render get_json_schema of the methods, which drops them
+            from campflow.training.environments import rendered_tools
+
+            for name, tools in getattr(self, "_env_tools", {}).items():
+                self._env_tools[name] = rendered_tools(self.environment_factories[name], tools)
 
         def _tool_call_loop(self, prompts, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
             out = super()._tool_call_loop(prompts, *args, **kwargs)

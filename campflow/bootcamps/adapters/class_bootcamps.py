@@ -74,6 +74,11 @@ def is_seed_name(name: str) -> bool:
 def build(spec: ImportSpec) -> Bootcamp:
     """The bootcamp for the class at ``spec.source`` (raises ImportSourceError for a bad source)."""
     cls = load_class(spec.source)
+    if isinstance(cls, type) and issubclass(cls, Bootcamp):
+        raise ImportSourceError(
+            f"{spec.source} is a campflow Bootcamp, not an InternBootcamp-style class; import it with "
+            f"`campflow import bootcamp {spec.source}`"
+        )
     missing = [m for m in REQUIRED if not callable(getattr(cls, m, None))]
     if missing:
         raise ImportSourceError(
