@@ -288,3 +288,13 @@ def test_import_class_on_a_bootcamp_file_points_to_import_bootcamp_and_writes_no
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert f"`campflow import bootcamp {source}:Warehouse`" in out.stderr
     assert not (tmp_path / "campflow-data").exists()
+
+
+def test_the_guide_quotes_the_example_file_as_it_is() -> None:
+    # docs/own-bootcamp.md shows an excerpt of warehouse.py: every line it quotes is the file's
+    guide = (REPO / "docs" / "own-bootcamp.md").read_text(encoding="utf-8")
+    excerpt = re.search(r"```python\n(.*?)```", guide, re.S).group(1)
+    source = WAREHOUSE.read_text(encoding="utf-8").splitlines()
+    quoted = [ln for ln in excerpt.splitlines() if ln.strip() and ln.strip() != "..."]
+    assert len(quoted) > 20
+    assert [ln for ln in quoted if ln not in source] == []
