@@ -27,6 +27,14 @@ def test_version_prints_the_installed_distributions_version() -> None:
     assert out.stdout.strip() == f"campflow {importlib.metadata.version('campflow')}"
 
 
+def test_shell_completion_completes_a_command_name() -> None:
+    env = {"COMP_WORDS": "campflow boot", "COMP_CWORD": "1", "_CAMPFLOW_COMPLETE": "complete_bash"}
+    out = run_cli(env=env)
+    assert out.returncode == 0 and out.stdout.split() == ["bootcamps"], out.stdout + out.stderr
+    script = run_cli("--show-completion", "bash")
+    assert script.returncode == 0 and "_campflow_completion" in script.stdout
+
+
 def _without(modules: tuple[str, ...], argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """Run the command line in a fresh interpreter where ``modules`` cannot be imported, as in an
     install without their extra."""
