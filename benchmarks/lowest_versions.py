@@ -95,7 +95,7 @@ def main() -> None:
             name = pin.split("==")[0].lower().replace("_", "-")
             got = installed.get(name, f"{name}: not installed")
             want = pin.split("==")[1]
-            same = "==" in got and Version(got.split("==")[-1]).release == Version(want).release
+            same = "==" in got and Version(Version(got.split("==")[-1]).public) == Version(want)
             mark = "" if same else "   <- not the lower bound"
             print(f"     {got}{mark}")
 
