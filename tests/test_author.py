@@ -134,7 +134,9 @@ def test_every_verdict_is_queryable_with_sql(repaired) -> None:
     assert {(r[0], r[5]) for r in verdicts} == {(1, hashes[0]), (2, hashes[1]), (3, hashes[2])}
     last = sorted((check, level or 0, passed) for rnd, check, level, passed, _, _ in verdicts if rnd == 3)
     per_level = [
-        (c, lv, True) for c in ("deterministic", "oracle", "wrong_answer", "across_processes") for lv in (1, 2, 3)
+        (c, lv, True)
+        for c in ("deterministic", "oracle", "wrong_answer", "battery", "across_processes")
+        for lv in (1, 2, 3)
     ]
     assert last == sorted([("reply", 0, True), ("imports", 0, True), ("declarations", 0, True), *per_level])
     assert all(reason for rnd, check, level, passed, reason, _ in verdicts if passed is not True)
@@ -233,7 +235,7 @@ def test_the_shipped_example_tasks_are_accepted_with_their_examples(
     assert result.accepted and len(result.rounds) == len(replies), result.reasons
     assert [(v.check, v.level) for v in result.rounds[0].verdicts if v.passed is False] == first_failures
     checks = [(v.check, v.level) for v in result.rounds[-1].verdicts]
-    assert ("examples", None) in checks and ("across_processes", 3) in checks and len(checks) == 16
+    assert ("examples", None) in checks and ("across_processes", 3) in checks and len(checks) == 19
 
 
 def _one_error_line(out: Any) -> str:

@@ -16,6 +16,9 @@ check               passes when
 ``wrong_answer``    per level, a wrong ending never succeeds and stays within ``wrong_answer_bound``
                     (:func:`~campflow.bootcamps.contract.check_wrong_endings_bounded`), and an episode
                     in which the agent did nothing does not succeed
+``battery``         per level, the hack battery (:mod:`campflow.integrity.battery`): no scripted
+                    non-solution (empty, echoed, several answers, type confusion, boundary tool
+                    arguments, no submit, the oracle's path perturbed) scores above the bound
 ``grounded``        per level, only with ``plan["grounding"]`` (``campflow bootcamps check``): the
                     demonstrator, played with a transcript as the engine builds one, passes only what
                     was shown before each call, never ends wrong and solves 90% of the instances
@@ -48,6 +51,8 @@ from campflow.bootcamps.adapters.authored import build
 from campflow.bootcamps.adapters.probes import generated
 from campflow.bootcamps.base import Bootcamp, Instance
 from campflow.errors import ContractError, ImportSourceError
+from campflow.integrity.battery import SEEDS as BATTERY_SEEDS
+from campflow.integrity.battery import run_battery
 from campflow.serialization import canonical_json
 
 CHECKS: tuple[str, ...] = (
@@ -57,11 +62,19 @@ CHECKS: tuple[str, ...] = (
     "deterministic",
     "oracle",
     "wrong_answer",
+    "battery",
     "grounded",
     "examples",
     "across_processes",
 )
-LEVEL_CHECKS = ("deterministic", "oracle", "wrong_answer", "grounded", "across_processes")  # one verdict per level
+LEVEL_CHECKS = (  # one verdict per level
+    "deterministic",
+    "oracle",
+    "wrong_answer",
+    "battery",
+    "grounded",
+    "across_processes",
+)
 MODULE_FILE = "module.py"  # the module's name in its sandbox folder
 EVIDENCE_CHARS = 1500
 
@@ -110,6 +123,8 @@ def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[st
         )
     for level in levels:
         runner.check("wrong_answer", level, lambda ev, lv=level: _wrong(bootcamp, lv, seeds, ev))
+    for level in levels:
+        runner.check("battery", level, lambda ev, lv=level: _battery(bootcamp, lv, seeds, ev))
     if plan.get("grounding"):
         for level in levels:
             runner.check(
@@ -242,6 +257,16 @@ def _wrong(bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict[
             )
     evidence.pop("seed", None)
     return None
+
+
+def _battery(bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict[str, Any]) -> str | None:
+    """The hack battery on the first seeds of ``level``: the first exploit that worked, or None."""
+    report = run_battery(bootcamp, levels=[level], seeds=list(seeds)[: len(BATTERY_SEEDS)])
+    if report.passed:
+        return None
+    first = report.hacks[0]
+    evidence.update(bootcamp=bootcamp, level=level, seed=first.seed, exploit=first.exploit, answer=first.answer)
+    return report.refusal()
 
 
 def _examples(bootcamp: Bootcamp, examples: Sequence[dict[str, Any]], evidence: dict[str, Any]) -> str | None:

@@ -3,7 +3,9 @@
 :func:`import_bootcamp` is the Python API of ``campflow import``: it checks the name, builds the
 bootcamp (which validates the source), vets it (:mod:`campflow.bootcamps.adapters.vetting`: every level
 generates in time, the same instance in two processes is the same task, the scorer rewards no nonsense;
-levels that fail are dropped), records the spec with the levels and version it saw, and registers it.
+levels that fail are dropped), runs the hack battery on every level (:mod:`campflow.integrity.battery`:
+a verifier that rewards a scripted non-solution is refused, naming the exploit; the probes are recorded in
+``verifier_probes``), records the spec with the levels and version it saw, and registers it.
 :func:`register_recorded` loads them back; only the workspace calls it, the first time a name is not
 registered (:class:`campflow.storage.workspace.Workspace`).
 
@@ -22,6 +24,8 @@ from campflow.bootcamps.adapters import ImportSpec, build_bootcamp, register_imp
 from campflow.bootcamps.adapters.vetting import LEVEL_SECONDS, vet_import
 from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError
+from campflow.integrity.battery import run_battery
+from campflow.storage.probes import record_probes
 from campflow.storage.store import Store
 
 
@@ -49,7 +53,16 @@ def import_bootcamp(
     if vetted != spec:  # levels dropped or the bound raised: the bootcamp on record is the vetted one
         spec, bootcamp = vetted, build_bootcamp(vetted)
     spec = spec.model_copy(update={"version": bootcamp.version})
+    # no verifier enters the loop untested (campflow.integrity.battery); a source's own partial credit
+    # above the bound is its design (reasoning-gym's similarity scores): noted; full marks are refused
+    battery = run_battery(bootcamp, partial_refuses=False)
+    if not battery.passed:
+        raise ImportSourceError(f"{spec.adapter} source {spec.source!r}: {battery.refusal()}; not imported")
+    if battery.over_bound and say is not None:
+        top = max(battery.over_bound, key=lambda p: p.reward)
+        say(f"the hack battery: non-solutions get partial credit up to {top.reward:g} ({top.says()})")
     record(store, spec)
+    record_probes(store, battery.probes, subject=spec.name, source="import")
     register_import(spec, replace=True)
     return spec, bootcamp
 

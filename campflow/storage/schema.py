@@ -245,6 +245,42 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         )""",
         ],
     ),
+    (
+        6,
+        "reward integrity: the hack battery's probes and re-scored episodes",
+        [
+            """CREATE TABLE verifier_probes (
+            subject VARCHAR NOT NULL,          -- the bootcamp checked, or the variant id
+            source VARCHAR NOT NULL,           -- import, variant, authored, builtin
+            bootcamp VARCHAR NOT NULL,
+            level INTEGER,
+            seed BIGINT,
+            instance_id VARCHAR,
+            exploit VARCHAR NOT NULL,          -- campflow.integrity.battery (module docstring)
+            answer VARCHAR,                    -- the final call's arguments as sent, clipped
+            reward DOUBLE,
+            success BOOLEAN,
+            termination VARCHAR,
+            verdict VARCHAR NOT NULL,          -- held, oracle_agrees, hack, scorer_error
+            detail VARCHAR,
+            checked_at TIMESTAMP NOT NULL
+        )""",
+            """CREATE TABLE episode_rescores (
+            rescore_id VARCHAR NOT NULL,       -- one `campflow rescore` call
+            episode_id VARCHAR NOT NULL,
+            run_id VARCHAR NOT NULL,
+            instance_id VARCHAR NOT NULL,
+            bootcamp VARCHAR NOT NULL,
+            old_reward DOUBLE,
+            old_success BOOLEAN,
+            new_reward DOUBLE,
+            new_success BOOLEAN,
+            details JSON,
+            error VARCHAR,                     -- why it could not be re-scored
+            rescored_at TIMESTAMP NOT NULL
+        )""",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -10,6 +10,9 @@ Every proposal passes these checks in order; the first it fails is its reject re
    ``above_curriculum``: its level is above the bootcamp's curriculum level (``max_levels``), which the
    cycle does not train at yet;
 5. ``unsolvable``: generation with fresh train seeds raises, or the oracle does not solve an instance;
+   ``hackable``: the hack battery (:mod:`campflow.integrity.battery`) finds a scripted non-solution that
+   the variant's verifier rewards above the bootcamp's wrong-answer bound, on its first
+   ``battery_instances`` instances (the probes are recorded in ``verifier_probes``);
 6. ``too_easy`` / ``too_hard`` (``uncalibrated`` when no episode could be measured): the current
    model's pass rate on a few episodes lies outside the learnable band.
 
@@ -35,8 +38,10 @@ from campflow.bootcamps.base import Bootcamp, Instance, Params
 from campflow.bootcamps.splits import TRAIN_SEED_LIMIT
 from campflow.config import SynthesisConfig
 from campflow.errors import CampflowError
+from campflow.integrity.battery import Probe, run_battery
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, rollout
 from campflow.serialization import canonical_json, to_json
+from campflow.storage.probes import probes_table
 from campflow.storage.store import Store, instances_to_arrow, now
 from campflow.synthesis.proposals import Proposal
 
@@ -51,6 +56,7 @@ class RejectKind(StrEnum):
     DUPLICATE = "duplicate"
     ABOVE_CURRICULUM = "above_curriculum"
     UNSOLVABLE = "unsolvable"
+    HACKABLE = "hackable"
     TOO_EASY = "too_easy"
     TOO_HARD = "too_hard"
     UNCALIBRATED = "uncalibrated"
@@ -67,6 +73,7 @@ class Verdict:
     instances: list[Instance] = field(default_factory=list)
     probes: list[Instance] = field(default_factory=list)
     pass_rate: float | None = None
+    battery: list[Probe] = field(default_factory=list)  # the hack battery's probes of its instances
 
     @property
     def accepted(self) -> bool:
@@ -103,6 +110,7 @@ class ValidationSettings:
     concurrency: int = 32
     rollout: RolloutSettings = RolloutSettings()
     max_levels: dict[str, int] | None = None  # bootcamp -> highest level trained at now; None: no limit
+    battery_instances: int = 2  # instances of each variant the hack battery plays; 0: none (not advised)
 
     @classmethod
     def from_config(
@@ -248,6 +256,10 @@ def _check(proposal: Proposal, known: _KnownParams, settings: ValidationSettings
         problem = _solvable(bootcamp, verdict.params, seed, eval_ids, verdict)
         if problem is not None:
             return verdict.reject(*problem)
+    report = run_battery(bootcamp, instances=verdict.instances[: settings.battery_instances])
+    verdict.battery = report.probes
+    if not report.passed:
+        return verdict.reject(RejectKind.HACKABLE, report.refusal())
     taken = {i.id for i in verdict.instances}
     for seed in probe_seeds(proposal.variant_id, settings.probes_per_variant):
         probe = _probe(bootcamp, verdict.params, seed)
@@ -373,8 +385,15 @@ def record_verdicts(store: Store, verdicts: Sequence[Verdict], run_id: str | Non
     probes = instances_to_arrow(
         [i for _, i in probed], split="probe", origin="synthesized", variant_ids=[vid for vid, _ in probed]
     )
-    with store.transaction(_campflow_variants=variants, _campflow_instances=instances, _campflow_probes=probes) as con:
+    battery = pa.concat_tables([probes_table(v.battery, subject=v.variant_id, source="variant") for v in verdicts])
+    with store.transaction(
+        _campflow_variants=variants, _campflow_instances=instances, _campflow_probes=probes, _campflow_battery=battery
+    ) as con:
         con.execute("INSERT OR REPLACE INTO variants BY NAME SELECT * FROM _campflow_variants")
+        con.execute(
+            "DELETE FROM verifier_probes WHERE source = 'variant' AND subject IN (SELECT variant_id FROM _campflow_variants)"
+        )
+        con.execute("INSERT INTO verifier_probes BY NAME SELECT * FROM _campflow_battery")
         if accepted:
             con.execute("INSERT OR IGNORE INTO instances BY NAME SELECT * FROM _campflow_instances")
         if probed:
