@@ -58,6 +58,7 @@ COMMAND_MODULES = (
     "env",
     "view",
     "housekeeping",
+    "integrity",
 )
 
 

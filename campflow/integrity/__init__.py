@@ -1,7 +1,5 @@
-"""Reward integrity: no verifier enters the loop untested, no hacked success is promoted.
+"""Reward integrity: no verifier enters the loop untested.
 
 :mod:`~campflow.integrity.battery` plays scripted non-solutions through the rollout engine on every level
-of a bootcamp and refuses a verifier that rewards one; :mod:`~campflow.integrity.suspicion` flags solved
-episodes a human would check; :mod:`~campflow.integrity.rescore` scores stored episodes again with the
-current verifier.
+of a bootcamp and refuses a verifier that rewards one, naming the exploit and the instance.
 """

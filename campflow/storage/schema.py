@@ -247,11 +247,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
     (
         6,
-        "reward integrity: the hack battery's probes and re-scored episodes",
+        "reward integrity: the hack battery's probes",
         [
             """CREATE TABLE verifier_probes (
             subject VARCHAR NOT NULL,          -- the bootcamp checked, or the variant id
-            source VARCHAR NOT NULL,           -- import, variant, authored, builtin
+            source VARCHAR NOT NULL,           -- import (campflow import), variant (synthesis)
             bootcamp VARCHAR NOT NULL,
             level INTEGER,
             seed BIGINT,
@@ -261,22 +261,29 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             reward DOUBLE,
             success BOOLEAN,
             termination VARCHAR,
-            verdict VARCHAR NOT NULL,          -- held, oracle_agrees, hack, scorer_error
+            verdict VARCHAR NOT NULL,          -- campflow.integrity.battery.VERDICTS
             detail VARCHAR,
             checked_at TIMESTAMP NOT NULL
         )""",
+        ],
+    ),
+    (
+        7,
+        "reward integrity: episodes re-scored with the current verifier, beside their old scores",
+        [
             """CREATE TABLE episode_rescores (
             rescore_id VARCHAR NOT NULL,       -- one `campflow rescore` call
             episode_id VARCHAR NOT NULL,
             run_id VARCHAR NOT NULL,
             instance_id VARCHAR NOT NULL,
             bootcamp VARCHAR NOT NULL,
+            sample_index INTEGER NOT NULL,
             old_reward DOUBLE,
             old_success BOOLEAN,
-            new_reward DOUBLE,
+            new_reward DOUBLE,                 -- NULL where it could not be re-scored (error says why)
             new_success BOOLEAN,
-            details JSON,
-            error VARCHAR,                     -- why it could not be re-scored
+            details JSON,                      -- the current verifier's details
+            error VARCHAR,
             rescored_at TIMESTAMP NOT NULL
         )""",
         ],
