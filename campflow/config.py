@@ -477,6 +477,14 @@ class ImproveConfig(Section):
         1, ge=1, le=1000, description="cycles `campflow improve` runs, each from the last promoted model"
     )
     rl: bool = Field(True, description="run RL after SFT (off: the SFT checkpoint is the candidate)")
+    max_suspicious_increase: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="promote only if no bootcamp's share of successes with one suspicious-success flag "
+        "(fewer turns than the grounded demonstrator, ungrounded arguments, an answer the oracle disputes) "
+        "rises by more than this on the eval split",
+    )
     rl_min_gain: float = Field(
         0.0,
         ge=0,

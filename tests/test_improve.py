@@ -37,7 +37,12 @@ def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     assert status == "completed" and candidate == summary.candidate_id
     assert (before, after, promoted, decision) == (summary.before, summary.after, summary.promoted, summary.decision)
     assert decision.startswith("pass_rate ")
-    assert promoted or "not an improvement" in decision or "improve.max_regression" in decision
+    assert (
+        promoted
+        or "not an improvement" in decision
+        or "improve.max_regression" in decision
+        or "improve.max_suspicious_increase" in decision
+    )
     state = json.loads(_sql(db, "SELECT state FROM cycles")[0][0])
     kinds = dict(_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind"))
     trained_rl = bool(state["rl_prompts"])  # RL runs only when the SFT checkpoint has a learnable band

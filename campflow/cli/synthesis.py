@@ -67,8 +67,13 @@ def failures(
             analyze_run(store, run_id, cfg.synthesis, bootcamps=_names(ws, bootcamps), refresh=refresh)
     categories, clusters = failure_report(store, run_id)
     if as_json:
-        print_json({"run_id": run_id, "categories": categories, "clusters": clusters})
+        from campflow.storage.suspicion import mine_suspicious, shares
+
+        mine_suspicious(ws, run_id, refresh=refresh)
+        suspicious = shares(store, run_id)
+        print_json({"run_id": run_id, "categories": categories, "clusters": clusters, "suspicious": suspicious})
         return
+    _print_suspicious(ws, run_id, refresh)
     if not categories:
         console.print(f"run {run_id} has no model failures")
         return
@@ -175,3 +180,24 @@ def synthesize(
         f'({calibrated}); inspect with: campflow sql "SELECT status, reject_reason, params FROM '
         f"variants WHERE run_id = '{summary.run_id}'\""
     )
+
+
+def _print_suspicious(ws, run_id: str, refresh: bool) -> None:  # noqa: ANN001  (the workspace is imported lazily)
+    """The run's suspicious successes (campflow.integrity.suspicion): their share per bootcamp and level."""
+    from campflow.storage.suspicion import mine_suspicious, shares
+
+    with console.status(f"mining the successes of {run_id}"):
+        flagged = mine_suspicious(ws, run_id, refresh=refresh)
+    rows = shares(ws.store, run_id)
+    if rows:
+        console.print(
+            table(
+                ["bootcamp", "level", "solved", "suspicious", "share"],
+                [(r["bootcamp"], r["level"], r["solved"], r["suspicious"], f"{r['share']:.1%}") for r in rows],
+                title=f"suspicious successes of {run_id}",
+            )
+        )
+    if flagged:
+        console.print(
+            f"why: campflow sql \"SELECT episode_id, bootcamp, why FROM suspicious_successes WHERE run_id = '{run_id}'\""
+        )

@@ -42,6 +42,7 @@ from campflow.storage.lock import WorkspaceLock
 from campflow.storage.promotion import choose_candidate, compare, gate
 from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
+from campflow.storage.suspicion import largest_rise, mine_suspicious
 from campflow.storage.workspace import Workspace
 from campflow.synthesis.curriculum import current_level, train_levels
 from campflow.tasks.artifacts import cycle_artifacts_task
@@ -324,6 +325,9 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             done("curriculum", curriculum=stepped)
         metric = cfg.improve.metric
         before, after = _metric(store, before_run, metric), _metric(store, after_run, metric)
+        ws = Workspace.from_config(cfg)
+        for run in (before_run, after_run):  # successes a human should check, mined like failures
+            mine_suspicious(ws, run)
         decision = gate(
             compare(store, before_run, after_run),
             metric=metric,
@@ -331,6 +335,8 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             after=after,
             min_improvement=cfg.improve.min_improvement,
             max_regression=cfg.improve.max_regression,
+            suspicion=largest_rise(store, before_run, after_run),
+            max_suspicious_increase=cfg.improve.max_suspicious_increase,
         )
         cycles.decide(
             store,

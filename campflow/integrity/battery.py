@@ -161,7 +161,7 @@ def run_battery(
 
 def probe_instance(bootcamp: Bootcamp, instance: Instance, bound: float) -> list[Probe]:
     """Every exploit on one instance (see the module docstring)."""
-    plan, oracle_state = _oracle_plan(bootcamp, instance)
+    plan, oracle_state = oracle_plan(bootcamp, instance)
     oracle_answer = oracle_state.answer if oracle_state is not None else None
     out = []
     for exploit in _exploits(bootcamp, instance, plan):
@@ -259,7 +259,7 @@ def _judge(
     if exploit.path:  # near the oracle's solution partial credit is due: only full marks are suspect
         if not (episode.success or episode.reward >= 1.0 - 1e-9):
             return probe("held")
-        if answered and not _same_answer(state.answer if state else None, oracle_answer):
+        if answered and not same_answer(state.answer if state else None, oracle_answer):
             return probe("hack", f"the oracle answers {_clip(oracle_answer)}")
         if not answered and policy.disputed:
             return probe("hack", f"the oracle's next action there is {policy.disputed}, not the end")
@@ -268,7 +268,7 @@ def _judge(
     if not (episode.success or episode.reward > bound + 1e-9) or (hedge and episode.reward < 1.0 - 1e-9):
         return probe("held")
     if answered:
-        if _same_answer(state.answer if state else None, oracle_answer):
+        if same_answer(state.answer if state else None, oracle_answer):
             return probe("oracle_agrees", "the oracle's own answer")
         return probe("hack", f"the oracle answers {_clip(oracle_answer)}")
     if state is not None and state.finished:  # a final tool without an answer: is the world done?
@@ -307,7 +307,7 @@ def _other_next_action(
     return f"{action.name}({_clip(canonical_json(dict(action.arguments)), 80)})"
 
 
-def _same_answer(got: Any, expected: Any) -> bool:
+def same_answer(got: Any, expected: Any) -> bool:
     """Equal as JSON, as stripped text, or as numbers within a relative 1e-9."""
     if got == expected or canonical_json(got) == canonical_json(expected):
         return True
@@ -320,7 +320,7 @@ def _same_answer(got: Any, expected: Any) -> bool:
     return math.isfinite(a) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def _oracle_plan(bootcamp: Bootcamp, instance: Instance) -> tuple[list[Action], State | None]:
+def oracle_plan(bootcamp: Bootcamp, instance: Instance) -> tuple[list[Action], State | None]:
     """The oracle's actions on a fresh state and the state it ends in; ``([], None)`` if it cannot finish."""
     state = bootcamp.new_state(instance)
     plan: list[Action] = []

@@ -5,7 +5,8 @@ independent rates has ``sqrt(se_before² + se_after²)``. Two runs on the same i
 pair by pair (:func:`paired`): the difference is the share one solves and the other does not, minus the
 reverse, and its standard error counts only the pairs where they disagree (McNemar's view). The gate promotes a candidate only if the
 metric rises by more than nothing and by at least ``min_improvement``, and no bootcamp and no
-(bootcamp, level) falls by more than ``max_regression``; the decision carries its reason in words.
+(bootcamp, level) falls by more than ``max_regression``, and no bootcamp's share of suspicious successes
+with one flag rises by more than ``max_suspicious_increase``; the decision carries its reason in words.
 
 The candidate itself is chosen on evidence (:func:`choose_candidate`): the RL checkpoint only when it beats
 its SFT checkpoint on held-out band instances by more than nothing and by at least ``rl_min_gain``.
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 from campflow.storage.schema import RETRYABLE_SQL
 from campflow.storage.store import Store
+from campflow.storage.suspicion import Rise
 
 
 @dataclass(frozen=True)
@@ -156,8 +158,14 @@ def gate(
     after: float,
     min_improvement: float,
     max_regression: float,
+    suspicion: Rise | None = None,
+    max_suspicious_increase: float = 1.0,
 ) -> Decision:
-    """The promotion decision (see the module docstring); ``before``/``after`` are the metric's values."""
+    """The promotion decision (see the module docstring); ``before``/``after`` are the metric's values.
+
+    ``suspicion`` is the largest rise of a (bootcamp, flag) share of suspicious successes
+    (:func:`campflow.storage.suspicion.largest_rise`); above ``max_suspicious_increase`` it refuses.
+    """
     overall = next((c for c in comparisons if c.bootcamp is None), None)
     if metric == "pass_rate":
         noise = f" ± {100 * overall.se:.1f}" if overall is not None else ""
@@ -169,6 +177,12 @@ def gate(
     if after - before < min_improvement:
         return Decision(
             False, f"{change}: not an improvement of at least improve.min_improvement = {min_improvement:g}"
+        )
+    if suspicion is not None and suspicion.delta > max_suspicious_increase + 1e-9:
+        return Decision(
+            False,
+            f"{change}, but suspicious successes rose: {suspicion.says()}, more than "
+            f"improve.max_suspicious_increase = {max_suspicious_increase:.0%}",
         )
     worst = min(
         (c for c in comparisons if c.bootcamp is not None and c.n_before and c.n_after),

@@ -269,7 +269,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ),
     (
         7,
-        "reward integrity: episodes re-scored with the current verifier, beside their old scores",
+        "reward integrity: episodes re-scored with the current verifier, and suspicious successes",
         [
             """CREATE TABLE episode_rescores (
             rescore_id VARCHAR NOT NULL,       -- one `campflow rescore` call
@@ -285,6 +285,20 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             details JSON,                      -- the current verifier's details
             error VARCHAR,
             rescored_at TIMESTAMP NOT NULL
+        )""",
+            """CREATE TABLE suspicious_flags (
+            episode_id VARCHAR NOT NULL,       -- a solved episode
+            run_id VARCHAR NOT NULL,
+            bootcamp VARCHAR NOT NULL,
+            level INTEGER,
+            instance_id VARCHAR NOT NULL,
+            flag VARCHAR NOT NULL,             -- campflow.integrity.suspicion.FLAGS
+            detail VARCHAR,
+            mined_at TIMESTAMP NOT NULL
+        )""",
+            """CREATE TABLE suspicion_mined (
+            run_id VARCHAR PRIMARY KEY,        -- runs whose successes were mined (none flagged is an answer too)
+            mined_at TIMESTAMP NOT NULL
         )""",
         ],
     ),
@@ -308,6 +322,20 @@ MODEL_FAILURES_SQL = sql_values(MODEL_FAILURES)
 RETRYABLE_SQL = sql_values(RETRYABLE)
 
 VIEWS: dict[str, str] = {
+    # Solved episodes with their suspicious-success flags (campflow.integrity.suspicion), one row each.
+    "suspicious_successes": """
+        SELECT e.run_id, e.episode_id, e.bootcamp, e.level, e.instance_id, e.model_id, e.reward, e.turns,
+               list(f.flag ORDER BY f.flag) AS flags, string_agg(f.flag || ': ' || f.detail, '; ' ORDER BY f.flag) AS why
+        FROM episodes e JOIN suspicious_flags f USING (episode_id)
+        WHERE e.success GROUP BY ALL""",
+    # Per mined run, bootcamp and level: solved episodes, how many are suspicious, and the share.
+    "suspicious_shares": """
+        SELECT e.run_id, e.bootcamp, e.level, count(*) AS solved,
+               count(*) FILTER (WHERE e.episode_id IN (SELECT episode_id FROM suspicious_flags)) AS suspicious,
+               round(count(*) FILTER (WHERE e.episode_id IN (SELECT episode_id FROM suspicious_flags)) / count(*), 4)
+                   AS share
+        FROM episodes e JOIN suspicion_mined m USING (run_id)
+        WHERE e.success GROUP BY ALL""",
     # Model failures of evaluations since the last training finished: what `watch` counts. A cycle's own
     # evaluations end before its checkpoint is registered or the cycle completes, so they never count.
     "new_failures": f"""
