@@ -50,6 +50,7 @@ class CycleFacts:
     cluster_outcomes: list[dict[str, Any]] = field(default_factory=list)  # per failure cluster of the before-run
     probes: list[dict[str, Any]] = field(default_factory=list)  # per cluster: probes, pass before and after
     rl_effect: dict[str, Any] | None = None  # SFT vs RL checkpoint on held-out band instances
+    suspicious: list[dict[str, Any]] = field(default_factory=list)  # per bootcamp: suspicious share before/after
     curriculum: dict[str, int] = field(default_factory=dict)  # the next train-side level per bootcamp
     failure_categories: list[tuple[str, str, int]] = field(default_factory=list)  # bootcamp, category, count
     clusters: list[tuple[str, str, int]] = field(default_factory=list)  # bootcamp, label, size
@@ -102,6 +103,16 @@ def cycle_facts(store: Store, cycle_id: str | None = None) -> CycleFacts:
             "sum(still_failing) AS still_failing FROM cycle_outcome_counts WHERE cycle_id = ? "
             "AND cluster_id IS NOT NULL GROUP BY bootcamp, cluster_id, cluster_label ORDER BY bootcamp, instances DESC",
             [cycle_id],
+        )
+    if state.get("eval_before") and state.get("eval_after"):
+        facts.suspicious = store.query(
+            "SELECT bootcamp, sum(solved) FILTER (WHERE run_id = ?) AS solved_before, "
+            "sum(suspicious) FILTER (WHERE run_id = ?) AS suspicious_before, "
+            "sum(solved) FILTER (WHERE run_id = ?) AS solved_after, "
+            "sum(suspicious) FILTER (WHERE run_id = ?) AS suspicious_after "
+            "FROM suspicious_shares WHERE run_id IN (?, ?) GROUP BY bootcamp ORDER BY bootcamp",
+            [state["eval_before"], state["eval_before"], state["eval_after"], state["eval_after"]]
+            + [state["eval_before"], state["eval_after"]],
         )
     facts.probes = store.query(
         "SELECT bootcamp, cluster_label, count(*) AS variants, sum(probes) AS probes, "

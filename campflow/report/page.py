@@ -214,6 +214,21 @@ def _tables(facts: CycleFacts) -> str:
             "<h2>Held-out probes of the variants, per cluster</h2><table><tr><th>bootcamp</th><th>cluster</th>"
             f"<th>variants</th><th>probes</th><th>starting model</th><th>candidate</th></tr>{body}</table>"
         )
+    if facts.suspicious:
+
+        def share(k: int | None, n: int | None) -> str:
+            return f"{int(k or 0)} of {int(n or 0)} ({(k or 0) / n:.0%})" if n else "no successes"
+
+        body = "".join(
+            f"<tr><td>{e(r['bootcamp'])}</td><td>{share(r['suspicious_before'], r['solved_before'])}</td>"
+            f"<td>{share(r['suspicious_after'], r['solved_after'])}</td></tr>"
+            for r in facts.suspicious
+        )
+        out.append(
+            "<h2>Suspicious successes</h2><p>Solved episodes with fewer turns than the grounded demonstrator, "
+            "arguments nothing showed, or an answer the oracle disputes (view <code>suspicious_successes</code>)."
+            f"</p><table><tr><th>bootcamp</th><th>starting model</th><th>candidate</th></tr>{body}</table>"
+        )
     if facts.rl_effect:
         r = facts.rl_effect
         n = r["instances"] * r["samples"]
