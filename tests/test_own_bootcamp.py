@@ -71,11 +71,21 @@ def imported(tmp_path_factory):
 
 def test_a_good_file_checks_every_level_and_imports(imported) -> None:
     checked = imported["checked"]
-    for check in ("imports", "declarations", "deterministic", "oracle", "wrong_answer", "grounded", "across_processes"):
+    checks = (
+        "imports",
+        "declarations",
+        "deterministic",
+        "oracle",
+        "wrong_answer",
+        "battery",
+        "grounded",
+        "across_processes",
+    )
+    for check in checks:
         assert f"ok   {check}" in checked, check
     for level in (1, 2, 3):
         assert f"ok   grounded level {level}" in checked
-    assert "warehouse: all 17 checks hold" in checked
+    assert "warehouse: all 20 checks hold" in checked  # the battery is one check per level
     assert "imported warehouse" in imported["imported"]
     assert not (imported["cwd"] / "campflow-data").exists()  # nothing lands where the command ran
     listed = _ok(run_cli("imports", "--workspace", str(imported["ws"]), cwd=imported["cwd"]))
