@@ -175,6 +175,9 @@ def test_an_edited_file_is_refused_naming_the_command_that_imports_it_again(impo
     again = f"campflow import bootcamp {source}:Warehouse --replace"
     out = run_cli("bootcamps", "show", "warehouse", "-w", str(ws), cwd=tmp_path)
     assert out.returncode != 0 and "has changed since it was imported" in out.stderr and again in out.stderr
+    for argv in (["eval", "-b", "warehouse", "-p", "oracle"], ["collect", "-b", "warehouse"]):
+        out = run_cli(*argv, "-w", str(ws), cwd=tmp_path)  # refused before any flow starts: one line
+        assert out.returncode == 2 and out.stderr.count("\n") == 1 and again in out.stderr, out.stderr
     _ok(run_cli(*again.split()[1:], "-n", "4", "-w", str(ws), cwd=tmp_path))
     _ok(run_cli("bootcamps", "show", "warehouse", "-w", str(ws), cwd=tmp_path))
     removed = _ok(run_cli("imports", "--remove", "warehouse", "-w", str(ws), cwd=tmp_path))

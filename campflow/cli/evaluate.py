@@ -61,7 +61,8 @@ def eval_command(
 
     if run_id is not None:
         check_run_id(run_id)  # fail fast, before Prefect starts
-    cfg.eval.bootcamps = Workspace.from_config(cfg).names(cfg.eval.bootcamps)  # fail fast, before Prefect starts
+    # fail fast, before Prefect starts: an unknown name, or an imported file edited since its import
+    cfg.eval.bootcamps = [b.name for b in Workspace.from_config(cfg).bootcamps(cfg.eval.bootcamps)]
     resolve_local_model(cfg)
     quiet_prefect()
     from campflow import progress

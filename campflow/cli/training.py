@@ -93,6 +93,10 @@ def collect(
 
     if run_id is not None:
         check_run_id(run_id)  # fail fast, before Prefect starts
+    from campflow.storage.workspace import Workspace
+
+    # fail fast, before Prefect starts: an unknown name, or an imported file edited since its import
+    Workspace.from_config(cfg).bootcamps(cfg.training.bootcamps)
     resolve_local_model(cfg)
     quiet_prefect()
     from campflow.flows.collect import collect as run_collect
