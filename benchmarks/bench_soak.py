@@ -101,17 +101,18 @@ class Kill:
 
 
 def plan_kills(cycles: int, kills: int, rng: random.Random) -> list[Kill]:
-    """``kills`` faults spread over ``cycles`` (seeded), ordered by cycle."""
+    """``kills`` faults spread over ``cycles`` (seeded), ordered by cycle; every phase is aimed at once
+    before any is aimed at twice, and the signals alternate, so a few kills already cover them all."""
+    targets = [TARGETS[i % len(TARGETS)] for i in range(kills)]
+    rng.shuffle(targets)
+    first = rng.choice([signal.SIGKILL, signal.SIGTERM])
+    second = signal.SIGTERM if first == signal.SIGKILL else signal.SIGKILL
     out = [
-        Kill(
-            rng.randrange(cycles),
-            rng.choice(TARGETS),
-            rng.choice([signal.SIGKILL, signal.SIGTERM]),
-            round(rng.uniform(0.0, 1.5), 2),
-        )
-        for _ in range(kills)
+        Kill(rng.randrange(cycles), target, first if i % 2 == 0 else second, round(rng.uniform(0.0, 1.5), 2))
+        for i, target in enumerate(targets)
     ]
-    return sorted(out, key=lambda k: k.cycle)
+    order = ("store-write", "evaluate", "sft", "rl", "report")  # a cycle's kills in the order it meets them
+    return sorted(out, key=lambda k: (k.cycle, order.index(k.target)))
 
 
 class Soak:
@@ -178,6 +179,11 @@ class Soak:
             if kill is not None:
                 self.fire(proc, cycle_id, kill)
                 self.check_after_kill(cycle_id, kill)
+                if kill.exited_s is None:  # the run ended before the kill's moment came
+                    if proc.returncode != 0:
+                        self.failures.append(f"{cycle_id}: run {self.runs} exited {proc.returncode} (see {self.logs})")
+                    if self.pending_step(cycle_id) == "completed":
+                        return time.monotonic() - started
                 # resume once the cycle is recorded; a kill before that starts it again
                 args = ("--resume", "--cycle-id", cycle_id) if self.pending_step(cycle_id) else ("--cycle-id", cycle_id)
                 continue

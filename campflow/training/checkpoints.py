@@ -125,8 +125,9 @@ def staging(final: Path, *, write: bool = True, resume: bool = False) -> Iterato
         yield tmp
         return
     if tmp.exists() and not resume:
-        _take(tmp)  # refuses if its writer is alive
+        stale = _take(tmp)  # refuses if its writer is alive
         shutil.rmtree(tmp)
+        os.close(stale)
     tmp.mkdir(parents=True, exist_ok=True)
     owner = _take(tmp)
     try:
