@@ -97,6 +97,7 @@ class Kill:
     signal: signal.Signals
     delay_s: float
     landed: str = ""  # the step the cycle was in when the signal went out
+    saved_step: int | None = None  # aimed at SFT: the step of the resumable checkpoint saved before the kill
     exited_s: float | None = None  # seconds from the signal to the group's exit
 
 
@@ -128,6 +129,7 @@ class Soak:
         self.logs.mkdir(exist_ok=True)
         self.runs = 0
         self.groups: set[int] = set()  # process groups of the runs started
+        self.sft_resumes: list[str] = []
         self.failures: list[str] = []
 
     # -- running ------------------------------------------------------------------------------
@@ -183,6 +185,7 @@ class Soak:
                     if proc.returncode != 0:
                         self.failures.append(f"{cycle_id}: run {self.runs} exited {proc.returncode} (see {self.logs})")
                     if self.pending_step(cycle_id) == "completed":
+                        self.check_sft_resumed(cycle_id, kills)
                         return time.monotonic() - started
                 # resume once the cycle is recorded; a kill before that starts it again
                 args = ("--resume", "--cycle-id", cycle_id) if self.pending_step(cycle_id) else ("--cycle-id", cycle_id)
@@ -190,7 +193,8 @@ class Soak:
             code = proc.wait()
             if code != 0:
                 self.failures.append(f"{cycle_id}: run {self.runs} exited {code} (see {self.logs})")
-                return time.monotonic() - started
+            else:
+                self.check_sft_resumed(cycle_id, kills)
             return time.monotonic() - started
 
     def fire(self, proc: subprocess.Popen, cycle_id: str, kill: Kill) -> None:
@@ -203,6 +207,10 @@ class Soak:
                 if seen_done is not None and step != seen_done:
                     break
                 seen_done = step
+            elif kill.target == "sft" and step == "sft":  # SFT is killed after it saved a resumable checkpoint
+                kill.saved_step = self.saved_sft_step()
+                if kill.saved_step:
+                    break
             elif phase == kill.target or step in ("completed",) or _past(step, kill.target):
                 break
             time.sleep(0.1)
@@ -222,7 +230,31 @@ class Soak:
         kill.exited_s = round(time.monotonic() - sent, 1)
         _wait_group_gone(proc.pid)
 
+    def saved_sft_step(self) -> int | None:
+        """The step of the newest complete resumable checkpoint of an SFT run in progress, if any."""
+        steps = [
+            int(p.parent.name.split("-")[1])
+            for p in (self.ws / "models").glob("sft-*.partial/trainer/checkpoint-*/trainer_state.json")
+        ]
+        return max(steps) if steps else None
+
     # -- checks -------------------------------------------------------------------------------
+
+    def check_sft_resumed(self, cycle_id: str, kills: list[Kill]) -> None:
+        """A cycle whose SFT was killed after a save trained on from that save, not from step 0."""
+        saved = [k.saved_step for k in kills if k.saved_step and k.exited_s is not None]
+        if not saved:
+            return
+        state = json.loads(self.sql(f"SELECT state FROM cycles WHERE cycle_id = '{cycle_id}'")[0][0])
+        resumed = self.sql(
+            f"SELECT json_extract(metrics, '$.resumed_from_step') FROM checkpoints WHERE model_id = '{state['sft_model']}'"
+        )[0][0]
+        if resumed in (None, "null") or int(resumed) < max(saved):
+            self.failures.append(f"{cycle_id}: SFT killed after its save at step {max(saved)} resumed from {resumed}")
+        else:
+            self.sft_resumes.append(
+                f"{cycle_id}: SFT killed after its save at step {max(saved)}, resumed from {resumed}"
+            )
 
     def check_after_kill(self, cycle_id: str, kill: Kill) -> None:
         """What must hold after any kill: no process left, the lock free, no duplicated or lost episode."""
@@ -405,6 +437,8 @@ def main() -> None:
     for k in kills:
         exited = f"exited {k.exited_s}s later" if k.exited_s is not None else "no signal sent"
         print(f"  cycle {k.cycle + 1}: {k.signal.name:7s} aimed at {k.target:11s} landed in {k.landed:14s} {exited}")
+    for line in soak.sft_resumes:
+        print(f"  {line}")
     head = (
         f"{'cycle':>5} {'s':>5} {'kills':>5} {'episodes':>8} {'store MB':>8} "
         + " ".join(f"{v + ' ms':>18}" for v in VIEWS)
