@@ -242,7 +242,7 @@ class Soak:
 
     def check_sft_resumed(self, cycle_id: str, kills: list[Kill]) -> None:
         """A cycle whose SFT was killed after a save trained on from that save, not from step 0."""
-        saved = [k.saved_step for k in kills if k.saved_step and k.exited_s is not None]
+        saved = [k.saved_step for k in kills if k.saved_step and k.exited_s is not None and k.landed == "sft"]
         if not saved:
             return
         state = json.loads(self.sql(f"SELECT state FROM cycles WHERE cycle_id = '{cycle_id}'")[0][0])
