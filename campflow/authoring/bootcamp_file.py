@@ -71,13 +71,7 @@ class CheckReport:
 
     @property
     def verdicts(self) -> list[Verdict]:
-        """Every verdict, in check order, with the sandbox's module name replaced by the user's file."""
-        shown = self.file.path.name if self.file.path is not None else self.file.target
-        for v in self.contract.verdicts:
-            v.reason = v.reason.replace(MODULE_FILE, shown)
-            v.evidence = {
-                k: str(x).replace(MODULE_FILE, shown) if isinstance(x, str) else x for k, x in v.evidence.items()
-            }
+        """Every verdict, in check order."""
         return self.contract.verdicts
 
     def summary(self) -> str:
@@ -184,6 +178,10 @@ def check_bootcamp(target: str, *, cfg: CampflowConfig | None = None, instances:
         class_name=file.class_name,
         builtin=file.path is None,
     )
+    shown = file.path.name if file.path is not None else file.target
+    for v in report.verdicts:  # the sandbox's name for the module is the user's file
+        v.reason = v.reason.replace(MODULE_FILE, shown)
+        v.evidence = {k: x.replace(MODULE_FILE, shown) if isinstance(x, str) else x for k, x in v.evidence.items()}
     return CheckReport(file, report)
 
 
