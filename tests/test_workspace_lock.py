@@ -104,3 +104,25 @@ def test_the_lock_is_reentrant_in_one_process_and_names_the_cycle_once_known(tmp
         assert json.loads(record_file(db).read_text())["cycle_id"] == "cycle-b"
         assert current_holder(db).pid == os.getpid()  # still held after the inner release
     assert current_holder(db) is None
+
+
+def test_a_flow_run_is_named_after_its_cycle_once_the_cycle_is_known(prefect_harness, tmp_path) -> None:
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    from campflow.flows.improve import hold_for_cycle, improve_run_name
+
+    db = tmp_path / "campflow.duckdb"
+
+    @flow(flow_run_name=improve_run_name)
+    def resumed(cycle_id: str | None = None, resume: bool = False) -> str:
+        first = flow_run.name
+        with WorkspaceLock(db) as lock:  # as improve does: the cycle a resume continues is read, then named
+            hold_for_cycle(lock, "cycle-resumed-1")
+            assert current_holder(db).cycle_id == "cycle-resumed-1"
+        return first
+
+    assert resumed(resume=True) == "improve-resume"
+    with get_client(sync_client=True) as client:
+        assert "cycle-resumed-1" in {r.name for r in client.read_flow_runs()}

@@ -125,7 +125,7 @@ def _series(store: Store, cycle_id: str | None, resume: bool, count: int) -> tup
     return cycle, ids[1:]
 
 
-def _run_name() -> str:
+def improve_run_name() -> str:
     """The flow run's name before the cycle is known: the cycle id a caller gave, else what it will do."""
     from prefect.runtime import flow_run
 
@@ -133,7 +133,7 @@ def _run_name() -> str:
     return parameters.get("cycle_id") or ("improve-resume" if parameters.get("resume") else "improve-new")
 
 
-@flow(name="improve", flow_run_name=_run_name, log_prints=False, validate_parameters=False)
+@flow(name="improve", flow_run_name=improve_run_name, log_prints=False, validate_parameters=False)
 @stopping.unwinding
 def improve_flow(
     cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False, cycles_n: int | None = None
@@ -155,20 +155,20 @@ def improve_flow(
         cfg.eval.bootcamps = ws.names(cfg.eval.bootcamps)  # a schedule's "all" or a typo is resolved here too
         cfg.training.bootcamps = list(cfg.eval.bootcamps)  # train on what is evaluated
         cycle, rest = _series(store, cycle_id, resume, cycles_n or cfg.improve.cycles)
-        _holding(lock, cycle.cycle_id)
+        hold_for_cycle(lock, cycle.cycle_id)
         summaries = [_run_cycle(cfg, store, cycle)]
         for nxt in rest:
             series = cycle.state["series"]
             cycle = cycles.start(store, nxt)
             cycles.save_step(store, cycle, "start", series={"ids": series["ids"], "index": series["index"] + 1})
-            _holding(lock, cycle.cycle_id)
+            hold_for_cycle(lock, cycle.cycle_id)
             summaries.append(_run_cycle(cfg, store, cycle))
     last = summaries[-1]
     last.earlier = summaries[:-1]
     return last
 
 
-def _holding(lock: WorkspaceLock, cycle_id: str) -> None:
+def hold_for_cycle(lock: WorkspaceLock, cycle_id: str) -> None:
     """Record ``cycle_id`` as the lock's holder and name the flow run after it (a resume's or a
     scheduled run's cycle id is known only now)."""
     lock.name(cycle_id)
