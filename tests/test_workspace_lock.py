@@ -109,6 +109,7 @@ def test_the_lock_is_reentrant_in_one_process_and_names_the_cycle_once_known(tmp
 def test_a_flow_run_is_named_after_its_cycle_once_the_cycle_is_known(prefect_harness, tmp_path) -> None:
     from prefect import flow
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
     from prefect.runtime import flow_run
 
     from campflow.flows.improve import hold_for_cycle, improve_run_name
@@ -125,4 +126,6 @@ def test_a_flow_run_is_named_after_its_cycle_once_the_cycle_is_known(prefect_har
 
     assert resumed(resume=True) == "improve-resume"
     with get_client(sync_client=True) as client:
-        assert "cycle-resumed-1" in {r.name for r in client.read_flow_runs()}
+        # by name: a plain listing holds only the first 200 of the session's runs
+        named = FlowRunFilter(name=FlowRunFilterName(any_=["cycle-resumed-1"]))
+        assert [r.name for r in client.read_flow_runs(flow_run_filter=named)] == ["cycle-resumed-1"]
