@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ from typing import Any, TypeVar
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _hooks: list[Callable[[str], None]] = []
 _received: str | None = None
+_arrived: str | None = None  # the first stop signal the watcher saw arrive (before the main thread may run its handler)
 _depth = 0  # nesting of active signals() blocks in the main thread
 _said = threading.Event()
 _say_lock = threading.Lock()
@@ -59,7 +61,7 @@ def received() -> str | None:
 
 def exit_code() -> int:
     """The exit code of a process stopped by the recorded signal (128 + its number; 130 for SIGINT)."""
-    return 128 + signal.Signals[_received or "SIGINT"].value
+    return 128 + signal.Signals[_received or _arrived or "SIGINT"].value
 
 
 def on_stop(hook: Callable[[str], None]) -> None:
@@ -105,7 +107,7 @@ def exit_within(seconds: float, last_words: Callable[[], str]) -> None:
         try:
             say(last_words())
         except Exception:  # noqa: BLE001  (the line must come out even if the store cannot say more)
-            say(f"stopped by {_received}")
+            say(f"error: stopped by {_received or _arrived}")
         _stop_children()
         os._exit(exit_code())
 
@@ -165,6 +167,8 @@ def reset() -> None:
     _hooks.clear()
     _last_words.clear()
     _said.clear()
+    _deadline.clear()
+    _blocks_done.clear()
 
 
 def _is_stop(exc: BaseException | None) -> bool:
@@ -196,14 +200,56 @@ _previous_hooks: list[Any] = [sys.unraisablehook, threading.excepthook]
 
 
 _last_words: list[Callable[[str], str]] = []  # set by own_process()
+_deadline = threading.Event()  # set once the deadline of the first stop is running
 
 
-def own_process(last_words: Callable[[str], str]) -> None:
-    """Declare the caller the process's front end (the CLI): once its outermost :func:`signals` block has
-    ended (the command's work is done, or it unwound from a stop), a stop signal ends the process at once,
-    saying ``last_words(signal_name)`` if nothing was said yet, instead of Python's default (a
-    ``KeyboardInterrupt`` traceback from an exit hook, or a silent death by SIGTERM)."""
+def own_process(last_words: Callable[[str], str], grace_s: float) -> None:
+    """Declare the caller the process's front end (the CLI), which ends with ``last_words(signal_name)``.
+
+    From the moment a stop signal arrives, the process ends within ``grace_s`` seconds (:func:`exit_within`),
+    and once the outermost :func:`signals` block has ended (the command's work is done, or it unwound), a
+    stop signal ends it at once with its line, instead of Python's default (a ``KeyboardInterrupt``
+    traceback from an exit hook, or a silent death by SIGTERM).
+
+    Both are done by a watcher thread that Python's wakeup fd tells of each signal as it arrives: Python
+    runs signal handlers in the main thread only, and a main thread blocked in a lock (an exit hook that
+    drains a queue to a server the same signal took down) would run them only when the lock is let go,
+    since the kernel may hand the signal to any other thread.
+    """
     _last_words[:] = [last_words]
+    if threading.current_thread() is not threading.main_thread() or _watcher:
+        return
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    _watcher.append((reader, writer))
+    threading.Thread(target=_watch, args=(reader, grace_s), daemon=True, name="campflow-stop-watcher").start()
+
+
+_watcher: list[tuple[socket.socket, socket.socket]] = []
+
+
+def _watch(reader: socket.socket, grace_s: float) -> None:
+    """Start the deadline at the first stop signal; past the outermost block, end the process at once."""
+    global _arrived
+    while True:
+        try:
+            data = reader.recv(64)
+        except OSError:
+            return
+        for signum in data:
+            if signum not in (signal.SIGINT, signal.SIGTERM):
+                continue
+            _arrived = _arrived or signal.Signals(signum).name
+            name = _received or _arrived
+            if _depth == 0 and _blocks_done.is_set():
+                _exit_now(signum, None)
+            if not _deadline.is_set():
+                _deadline.set()
+                exit_within(grace_s, lambda name=name: _last_words[0](_received or name))
+
+
+_blocks_done = threading.Event()  # the outermost signals() block has ended
 
 
 def _exit_now(signum: int, frame: Any) -> None:
@@ -247,6 +293,8 @@ def signals() -> Iterator[None]:
         ending = _depth == 0 and (_received is not None or bool(_last_words))
         for s in installed:
             signal.signal(s, _exit_now if ending else previous[s])
+        if ending:
+            _blocks_done.set()
         if _depth == 0 and _received is None:  # after a stop they stay quiet until the process is gone
             sys.unraisablehook, threading.excepthook = _previous_hooks
 

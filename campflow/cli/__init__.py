@@ -70,10 +70,9 @@ def main() -> None:
     SIGTERM unwind the command and say in one line where it stopped and how to resume."""
     import importlib
 
-    # the deadline first: whatever happens after the signal, the process ends within the grace
-    stopping.on_stop(lambda name: stopping.exit_within(STOP_GRACE_S, lambda: f"error: {stop_message(name)}"))
+    # whatever happens after a stop signal, the process ends within the grace, saying where it stopped
+    stopping.own_process(lambda name: f"error: {stop_message(name)}", STOP_GRACE_S)
     stopping.on_stop(quiet_after_stop)
-    stopping.own_process(lambda name: f"error: {stop_message(name)}")
     try:
         with stopping.signals():
             for name in COMMAND_MODULES:
