@@ -260,6 +260,7 @@ def _exit_now(signum: int, frame: Any) -> None:
     except Exception:  # noqa: BLE001  (the line must come out even if the store cannot say more)
         say(f"error: stopped by {_received}")
     sys.stdout.flush()
+    _stop_children()
     os._exit(exit_code())
 
 

@@ -9,3 +9,7 @@ import os
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+from campflow.flows import api_server  # noqa: E402  (after the settings above: it reads none, but keep them first)
+
+api_server.install()
