@@ -84,10 +84,12 @@ def flagged(adapter: str, sources: list[str], seconds: float) -> None:
             signal.alarm(0)
         if report.passed:
             outcomes["passed the battery"] += 1
+            print(f"  {source}: passed ({took:.2f} s)")
         else:
             outcomes["flagged by the battery"] += 1
             exploits = Counter(p.exploit.split(":")[0] for p in report.hacks)
             flags.append((source, exploits, report.hacks[0].says(), took))
+            print(f"  {source}: FLAGGED ({took:.2f} s)")
     total = sum(outcomes.values())
     print(f"{adapter}: {total} sources in {time.perf_counter() - t_all:.0f} s")
     for what, n in outcomes.most_common():
@@ -103,6 +105,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated reasoning-gym datasets")
     parser.add_argument("--seconds", type=float, default=60.0, help="per source, before it counts as timed out")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # each source's line as it is measured, also into a log
     builtin_costs(args.seeds)
     import reasoning_gym
 
