@@ -95,3 +95,16 @@ def test_bootcamps_list_show_and_sample(tmp_path) -> None:
     assert shown.returncode == 0 and "view_radius" in shown.stdout and "submit" in shown.stdout
     sample = run_cli("bootcamps", "sample", "calculator", "--seed", "3", "--level", "2", cwd=tmp_path)
     assert sample.returncode == 0 and "demonstration: solved" in sample.stdout and "calculate" in sample.stdout
+
+
+def test_no_two_modules_register_a_command_under_one_name() -> None:
+    """A second ``@app.command()`` of the same name silently replaces the first (``export`` once lost
+    ``--merge`` and the hf/verl formats that way)."""
+    import importlib
+
+    from campflow.cli import COMMAND_MODULES, app
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"campflow.cli.{name}")
+    names = [c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

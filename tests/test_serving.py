@@ -132,15 +132,14 @@ def test_a_launched_test_server_evaluates_every_episode_as_the_inprocess_policy_
 
     listed = run_cli(
         "runs",
+        "--json",
         "--db",
         str(tmp_path / "launch" / "campflow.duckdb"),
         env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )
     assert listed.returncode == 0, listed.stderr
-    header = next(line for line in listed.stdout.splitlines() if "run_id" in line)
-    assert all(col in header for col in ("ep_per_s", "tok_per_s", "ms_per_turn"))
-    row = next(line for line in listed.stdout.splitlines() if "eval-launch" in line)
-    assert "None" not in row
+    row = next(r for r in json.loads(listed.stdout) if r["run_id"] == "eval-launch")
+    assert all(row[col] is not None for col in ("ep_per_s", "tok_per_s", "ms_per_turn")), row
     assert "infra_error" not in {o[1] for o in outcomes["launch"][1]}
     assert _servers_of(checkpoint) == []
     logs = list((tmp_path / "launch" / "serving-logs").glob("*.log"))

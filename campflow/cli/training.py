@@ -138,7 +138,9 @@ def dataset_build(
 
 @app.command()
 def export(
-    fmt: str = typer.Option("hf", "--format", "-f", help="hf (a datasets folder) | verl (RL parquet)"),
+    fmt: str = typer.Option(
+        "hf", "--format", "-f", help="hf (a datasets folder) | verl (RL parquet) | inspect (Inspect AI eval logs)"
+    ),
     runs: str | None = typer.Option(None, "--runs", help="comma-separated run ids"),
     merge: str | None = typer.Option(
         None, "--merge", help="an adapter checkpoint (id or path): write it merged into its base as one model folder"
@@ -147,16 +149,24 @@ def export(
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
-    """Export filtered episodes (a Hugging Face dataset for TRL, or verl-style parquet for RL at scale), or
-    an adapter checkpoint merged into its base (--merge)."""
-    if fmt not in ("hf", "verl"):
-        raise typer.BadParameter(f"format {fmt!r}: expected 'hf' or 'verl'", param_hint="--format")
+    """Export filtered episodes (a Hugging Face dataset for TRL, or verl-style parquet for RL at scale), runs as
+    Inspect AI eval logs for `inspect view --log-dir OUT` (one sample per episode), or an adapter checkpoint
+    merged into its base (--merge)."""
+    if fmt not in ("hf", "verl", "inspect"):
+        raise typer.BadParameter(f"format {fmt!r}: expected 'hf', 'verl' or 'inspect'", param_hint="--format")
     if (runs is None) == (merge is None):
         raise typer.BadParameter(
             "give exactly one of --runs (episodes to export) and --merge (an adapter checkpoint)",
             param_hint="--runs / --merge",
         )
     cfg = config_with(config, db)
+    if fmt == "inspect":
+        if merge is not None:
+            raise typer.BadParameter("--merge writes a model, not Inspect logs", param_hint="--merge")
+        from campflow.cli.view import export_inspect
+
+        export_inspect(runs or "", out, cfg)
+        return
     quiet_training()
     from campflow.storage.workspace import Workspace
 

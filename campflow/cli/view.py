@@ -1,18 +1,14 @@
-"""``campflow export`` and ``campflow show``: episodes as Inspect logs for ``inspect view``, or in the terminal."""
+"""``campflow show`` and ``campflow export --format inspect``: episodes in the terminal, or as Inspect logs for
+``inspect view``."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 
 import typer
 
 from campflow.cli import app
 from campflow.cli.common import ConfigOption, DbOption, config_with, console
-
-
-class ExportFormat(StrEnum):
-    inspect = "inspect"
 
 
 def _store(cfg):  # noqa: ANN001, ANN202  (the types are imported lazily)
@@ -25,15 +21,9 @@ def _store(cfg):  # noqa: ANN001, ANN202  (the types are imported lazily)
     return ws
 
 
-@app.command()
-def export(
-    runs: str = typer.Option(..., "--runs", help="comma-separated run ids"),
-    out: Path = typer.Option(..., "--out", "-o", help="folder the logs are written to"),
-    fmt: ExportFormat = typer.Option(ExportFormat.inspect, "--format", "-f", help="inspect: Inspect AI eval logs"),
-    config: Path | None = ConfigOption,
-    db: Path | None = DbOption,
-) -> None:
-    """Write runs as Inspect AI eval logs (one sample per episode), for `inspect view --log-dir OUT`."""
+def export_inspect(runs: str, out: Path, cfg) -> None:  # noqa: ANN001  (the config type is imported lazily)
+    """``campflow export --format inspect``: runs as Inspect AI eval logs (one sample per episode), for
+    ``inspect view --log-dir OUT``."""
     from campflow.errors import ExportError
     from campflow.report.inspect_log import export_runs, require_inspect
 
@@ -43,7 +33,7 @@ def export(
             f"--runs {runs!r} names no run; expected comma-separated run ids (`campflow runs` lists them)"
         )
     require_inspect()  # before opening anything: the one line that says how to install it
-    ws = _store(config_with(config, db))
+    ws = _store(cfg)
     for path in export_runs(ws.store, run_ids, out):
         console.print(f"wrote {path}")
     console.print(f"view them: inspect view --log-dir {out}")
