@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +18,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parent.parent
+
+# pytest-xdist's workers start with SIGINT ignored, and an ignored signal stays ignored in every process
+# they start: the commands the tests stop with Ctrl-C would never see it (a campflow command started as
+# a background job honours that too). A handler is reset to the default on exec, so the commands start
+# as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -76,7 +76,8 @@ class Chain:
         while len(self.landed) < kills:
             sig = rng.choice((signal.SIGINT, signal.SIGTERM))
             mark = rng.choice(sorted(self.marks))
-            delay = rng.uniform(0.05, self.max_delay_s)
+            # from the start the whole range (imports, Prefect's start); once it works, soon after the mark
+            delay = rng.uniform(0.05, self.max_delay_s if mark == "start" else min(self.max_delay_s, 1.5))
             # its own process group, as a terminal's foreground job: the signal reaches every process the
             # command started (Prefect's API server) as a Ctrl-C or a service manager's stop does
             proc = subprocess.Popen(
