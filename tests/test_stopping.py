@@ -219,7 +219,7 @@ def test_a_cycle_stopped_at_six_seeded_moments_says_one_line_each_time_and_resum
     assert any("cycle s1 stopped during step" in line for _, _, _, line in chain.landed), chain.landed
     assert run_sql(db, "SELECT cycle_id, status FROM cycles").rows == [("s1", "completed")]
     per_run = dict(run_sql(db, "SELECT run_id, count(*) FROM episodes GROUP BY run_id").rows)
-    assert per_run["s1-before"] == per_run["s1-after"] == 16
+    assert per_run["s1-before"] == per_run["s1-after"] == 2 * 4  # every eval-split instance of both bootcamps
     assert run_sql(db, "SELECT count(*) - count(DISTINCT episode_id) FROM episodes").rows == [(0,)]
     assert run_sql(db, "SELECT kind, count(*) FROM datasets GROUP BY kind").rows == [("sft", 1)]
     kinds = dict(run_sql(db, "SELECT kind, count(*) FROM checkpoints GROUP BY kind").rows)
