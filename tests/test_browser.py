@@ -97,7 +97,9 @@ def test_inspect_view_shows_an_exported_failure_with_its_messages_and_image(cycl
             # the viewer opens a folder's only log by itself; once it has, go to the sample
             page.wait_for(f"document.body.innerText.includes('{CYCLE}-before')")
             page.evaluate(f"location.hash = {json.dumps(sample)}")
-            page.wait_for(f"document.body.innerText.includes({json.dumps(cycle['question'])})")
+            # the viewer renders the question as markdown: `calculate` shows as code, without its backticks
+            shown = cycle["question"].replace("`", "")
+            page.wait_for(f"document.body.innerText.replaceAll('`', '').includes({json.dumps(shown)})")
             assert page.wait_for("[...document.images].filter(i => i.complete && i.naturalWidth > 100).length") >= 1
             assert "submit" in page.evaluate("document.body.innerText")  # the tool calls are drawn too
             page.screenshot(tmp_path / "inspect.png")
