@@ -64,6 +64,20 @@ def exit_code() -> int:
     return 128 + signal.Signals[_received or _arrived or "SIGINT"].value
 
 
+_normal_end = threading.Event()
+
+
+def stop_was_the_end() -> None:
+    """Say that the stop was how the command is meant to end (a server's Ctrl-C or SIGTERM): the front end
+    then exits 0 once the command returns, without the stopped line."""
+    _normal_end.set()
+
+
+def stopped_as_meant() -> bool:
+    """Whether the command called :func:`stop_was_the_end` for the stop it received."""
+    return _normal_end.is_set()
+
+
 def on_stop(hook: Callable[[str], None]) -> None:
     """Run ``hook(signal_name)`` once, in the main thread, when the first stop signal arrives."""
     _hooks.append(hook)
@@ -169,6 +183,7 @@ def reset() -> None:
     _said.clear()
     _deadline.clear()
     _blocks_done.clear()
+    _normal_end.clear()
 
 
 def _is_stop(exc: BaseException | None) -> bool:

@@ -84,10 +84,12 @@ def main() -> None:
         if signal_name is None and isinstance(exc, KeyboardInterrupt):
             signal_name = "SIGINT"  # a Ctrl-C that arrived before the handler was installed
             stopping.request_stop(signal.SIGINT)
-        if signal_name is not None:
+        finished = isinstance(exc, SystemExit) and not exc.code
+        if signal_name is not None and not (finished and stopping.stopped_as_meant()):
             # whatever unwinding raised on the way out (typer's exit 130, a Prefect API server that the
             # same signal took down) is the stop's doing; a stop that landed as the work was ending ends
-            # the same way: one line (it says what is stored) and the signal's exit code, always
+            # the same way: one line (it says what is stored) and the signal's exit code. Only a command
+            # that a stop ends as meant (a server) exits 0.
             stopping.say(f"error: {stop_message(signal_name)}")
             sys.exit(stopping.exit_code())
         if isinstance(exc, ModuleNotFoundError):

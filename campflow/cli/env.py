@@ -32,6 +32,7 @@ def serve_command(
     db: Path | None = DbOption,
 ) -> None:
     """Serve a bootcamp's train split over OpenEnv (WebSocket /ws, HTTP /reset /step) or MCP until stopped."""
+    from campflow import stopping
     from campflow.envserve.server import Served, serve
     from campflow.stopping import Stopped
 
@@ -59,12 +60,14 @@ def serve_command(
     try:
         serve(cfg, name, host=host, port=port, level=level, sessions=sessions, seed=seed, on_ready=ready)
     except Stopped as stop:  # Ctrl-C or SIGTERM is how a server is meant to end
+        stopping.stop_was_the_end()
         console.print(f"stopped by {stop}: no longer serving {name}", markup=False)
 
 
 def _serve_mcp(
     cfg: Any, name: str, transport: str, host: str, port: int, level: int | None, seed: int, run_id: str | None
 ) -> None:
+    from campflow import stopping
     from campflow.extras import require
     from campflow.mcp.serve import say, serve_mcp
     from campflow.stopping import Stopped
@@ -85,4 +88,5 @@ def _serve_mcp(
         )
         say(f"run {done}: MCP serving of {name} ended")
     except Stopped as stop:
+        stopping.stop_was_the_end()
         say(f"stopped by {stop}: no longer serving {name}")
