@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from campflow.agents.endpoint import EndpointPolicy
+from campflow.agents.openai_policy import EndpointPolicy
 from campflow.bootcamps import registry
 from campflow.bootcamps.splits import eval_instances
 from campflow.rollout.engine import EpisodeSpec, run_episodes
@@ -52,7 +52,7 @@ class BareAiohttpPolicy(EndpointPolicy):
     async def respond(self, messages, tools, context):  # type: ignore[override]
         import aiohttp
 
-        from campflow.agents.endpoint import _reply_from_body
+        from campflow.agents.openai_policy import _reply_from_body
         from campflow.serialization import from_json, to_json_bytes
 
         if self._client is None:
@@ -90,7 +90,7 @@ def main() -> None:
         [
             sys.executable,
             "-m",
-            "campflow.testing.endpoint",
+            "campflow.testing.scripted_server",
             "--bootcamps",
             "calculator",
             "--n",

@@ -86,10 +86,10 @@ def campflow_trainer(
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from campflow.config import SFTConfig
+    from campflow.config import SFTSettings
     from campflow.training.sft import quiet, sft_arguments, sft_trainer
 
-    cfg = SFTConfig(max_steps=steps, batch_size=batch, learning_rate=1e-4)
+    cfg = SFTSettings(max_steps=steps, batch_size=batch, learning_rate=1e-4)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=hardware.load_dtype(trainable=True))
     trainer = quiet(

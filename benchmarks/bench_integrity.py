@@ -23,9 +23,9 @@ from collections import Counter
 from pathlib import Path
 
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
-from campflow.bootcamps.adapters.vetting import vet_import
 from campflow.integrity.battery import run_battery
+from campflow.sources import ImportSpec, build_bootcamp
+from campflow.sources.vetting import vet_import
 from campflow.synthesis.validate import variant_seeds
 
 

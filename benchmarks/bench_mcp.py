@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 from campflow.agents.oracle import OraclePolicy
-from campflow.bootcamps.adapters import ImportSpec
 from campflow.mcp.server import ServerSpec, open_server
 from campflow.mcp.tasks import McpTaskParams, build
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episodes
+from campflow.sources import ImportSpec
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -175,7 +175,7 @@ def _work(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _work_unguarded(task: dict[str, Any]) -> dict[str, Any]:
-    from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
+    from campflow.sources import ImportSpec, build_bootcamp
 
     if task["phase"] == "regenerate":
         bootcamp = build_bootcamp(ImportSpec.model_validate(task["spec"]))

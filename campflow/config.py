@@ -4,6 +4,10 @@
 ``CAMPFLOW__<SECTION>__<KEY>`` (e.g. ``CAMPFLOW__ROLLOUT__CONCURRENCY=64``); values are read as YAML.
 An invalid value is reported as one line naming the key, the value and what was expected.
 
+The sections of ``training`` that a library has a class for are called settings, not config
+(:class:`SFTSettings`, :class:`RLSettings`, :class:`LoRASettings`), so they are never read as TRL's
+``SFTConfig`` / ``GRPOConfig`` or PEFT's ``LoraConfig``, which the training code builds from them.
+
 This module is a leaf: it imports nothing else from campflow but the error types and the device pattern
 (both leaves too), so every layer may read its configuration from here.
 """
@@ -216,7 +220,7 @@ class FilterConfig(Section):
     balance: bool = Field(True, description="cap every bootcamp at the smallest bootcamp's count times 2")
 
 
-class LoRAConfig(Section):
+class LoRASettings(Section):
     """A LoRA adapter trained through PEFT instead of every weight (``null`` in the config: full fine-tuning)."""
 
     r: int = Field(16, ge=1, le=4096, description="rank of the update matrices")
@@ -229,7 +233,7 @@ class LoRAConfig(Section):
     )
 
 
-class SFTConfig(Section):
+class SFTSettings(Section):
     """Supervised fine-tuning with TRL's SFTTrainer (assistant-only loss)."""
 
     max_steps: int = Field(800, ge=1, description="optimizer steps")
@@ -258,11 +262,11 @@ class SFTConfig(Section):
         "LengthGroupedSampler): ~2-3x less SFT time on the embedded default, but its one-bootcamp "
         "batches measured worse on calculator (0/20 vs 6/20 on level 1)",
     )
-    lora: LoRAConfig | None = Field(None, description="train a LoRA adapter (PEFT); null: full fine-tuning")
+    lora: LoRASettings | None = Field(None, description="train a LoRA adapter (PEFT); null: full fine-tuning")
     seed: int = Field(0, description="data order and dropout seed")
 
 
-class RLConfig(Section):
+class RLSettings(Section):
     """Reinforcement learning with TRL's GRPOTrainer, bootcamps as environments."""
 
     max_steps: int = Field(60, ge=1, description="optimizer steps")
@@ -319,7 +323,7 @@ class RLConfig(Section):
     vllm_gpu_memory_utilization: float = Field(
         0.3, gt=0, le=1, description="vllm_mode colocate: share of GPU memory vLLM may take"
     )
-    lora: LoRAConfig | None = Field(None, description="train a LoRA adapter (PEFT); null: full fine-tuning")
+    lora: LoRASettings | None = Field(None, description="train a LoRA adapter (PEFT); null: full fine-tuning")
     seed: int = Field(0, description="sampling and data order seed")
 
 
@@ -388,8 +392,8 @@ class TrainingConfig(Section):
         default_factory=TinyVisionModelConfig, description="the embedded vision-language model (embedded-vl)"
     )
     filter: FilterConfig = Field(default_factory=FilterConfig)
-    sft: SFTConfig = Field(default_factory=SFTConfig)
-    rl: RLConfig = Field(default_factory=RLConfig)
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    rl: RLSettings = Field(default_factory=RLSettings)
 
 
 class SynthesisLLMConfig(Section):

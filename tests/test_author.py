@@ -13,12 +13,12 @@ from campflow.authoring.author import author_bootcamp
 from campflow.authoring.contract_run import run_contract
 from campflow.authoring.prompt import read_module
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters.authored import source_sha256
 from campflow.config import CampflowConfig, SandboxConfig, load_config
 from campflow.errors import ImportSourceError
+from campflow.sources.authored import source_sha256
 from campflow.storage.query import run_sql
 from campflow.storage.workspace import Workspace
-from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
+from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
 from tests import authored_modules as modules
 from tests.conftest import REPO, run_cli
 

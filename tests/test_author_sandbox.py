@@ -22,7 +22,7 @@ from campflow.authoring.contract_run import run_contract
 from campflow.authoring.sandbox import UNSHARE, namespaces_available
 from campflow.bootcamps import registry
 from campflow.config import SandboxConfig, load_config
-from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
+from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
 from tests import authored_modules as modules
 
 # (what it does, where: setup = at import / build = in build, the code, the check that fails, the reason)

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.adapters.authored import source_sha256
 from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError
 from campflow.integrity.battery import run_battery
+from campflow.sources import ImportSpec
+from campflow.sources.authored import source_sha256
 
 WEAK = Path(__file__).parent / "data" / "weak_verifiers"
 # module -> (bootcamp name, an exploit that must be among those named)

@@ -25,13 +25,13 @@ from openenv.core import GenericEnvClient
 from campflow.agents.base import PolicyReply
 from campflow.agents.oracle import NoisyOraclePolicy, native_call
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec
 from campflow.bootcamps.base import Action, Bootcamp, Instance
 from campflow.bootcamps.messages import content_text
 from campflow.bootcamps.splits import EVAL_SEED_BASE, eval_instances, train_instances
 from campflow.errors import ToolError
 from campflow.rollout.engine import EpisodeSpec, run_episode
 from campflow.rollout.stepped import SteppedEpisode
+from campflow.sources import ImportSpec
 from tests.conftest import REPO, run_cli
 
 GCD = ImportSpec(name="rg-gcd", adapter="reasoning-gym", source="gcd", options={"min_numbers": 2})

@@ -11,7 +11,7 @@ from campflow.bootcamps.splits import eval_instances
 from campflow.config import load_config
 from campflow.flows.evaluate import evaluate
 from campflow.storage.store import Store
-from campflow.testing.endpoint import OracleScript, ScriptedEndpoint
+from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

@@ -29,7 +29,7 @@ from campflow.storage.names import check_cycle_id, check_run_id
 from campflow.storage.query import run_sql
 from campflow.storage.schema import VIEWS
 from campflow.storage.store import Store
-from campflow.testing.endpoint import OracleScript, ScriptedEndpoint
+from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint
 from tests.conftest import run_cli
 from tests.test_store import _episodes
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from campflow.config import SFTConfig, TinyModelConfig, load_config
+from campflow.config import SFTSettings, TinyModelConfig, load_config
 from campflow.errors import ConfigError
 from campflow.hardware import Capability, HardwareError, resolve_hardware
 from tests import fixed_chats
@@ -227,7 +227,7 @@ def test_the_embedded_cpu_default_trains_as_recorded_on_any_cpu_and_thread_count
         tmp_path,
         "base-fixed",
         dataset,
-        SFTConfig(max_steps=4, batch_size=4),
+        SFTSettings(max_steps=4, batch_size=4),
         hardware=resolve_hardware("auto", "auto", Capability()),
     )
     curve = [tuple(p) for p in result.metrics["loss_curve"]]

@@ -14,7 +14,7 @@ from campflow.bootcamps.calculator import Calculator
 from tests.conftest import REPO
 
 BOOTCAMPS = REPO / "campflow" / "bootcamps"
-PACKAGES = sorted(p.name for p in BOOTCAMPS.iterdir() if p.is_dir() and p.name not in ("adapters", "__pycache__"))
+PACKAGES = sorted(p.name for p in BOOTCAMPS.iterdir() if p.is_dir() and p.name != "__pycache__")
 SHARED = sorted(p.stem for p in BOOTCAMPS.glob("*.py") if p.stem != "__init__")
 
 
@@ -23,7 +23,7 @@ def _sources(*roots: str) -> list[Path]:
 
 
 def test_every_package_in_bootcamps_is_a_built_in_bootcamp_of_that_name() -> None:
-    assert PACKAGES == sorted(registry.BUILTIN), "a folder under bootcamps/ (adapters/ aside) is one bootcamp"
+    assert PACKAGES == sorted(registry.BUILTIN), "a folder under bootcamps/ is one bootcamp"
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -97,3 +97,11 @@ def test_only_the_workspace_and_the_store_module_build_a_store() -> None:
         "open the workspace (campflow.storage.workspace.Workspace) instead: it carries the store and the "
         "resolver that finds imported bootcamps"
     )
+
+
+def test_contributings_layout_names_every_package_of_campflow() -> None:
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    block = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^  (\w+)/ ", block, re.MULTILINE))
+    packages = {p.name for p in (REPO / "campflow").iterdir() if p.is_dir() and any(p.glob("*.py"))}
+    assert listed == packages, "CONTRIBUTING.md's layout names each folder of campflow/ that holds code"

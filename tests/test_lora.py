@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from campflow.config import LoRAConfig, SFTConfig, TinyModelConfig, load_config
+from campflow.config import LoRASettings, SFTSettings, TinyModelConfig, load_config
 from tests import fixed_chats
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.numeric  # trains an adapter and compares what it computed
 
-LORA = LoRAConfig(r=4, alpha=8, dropout=0.0)
+LORA = LoRASettings(r=4, alpha=8, dropout=0.0)
 PROMPT = fixed_chats.conversations(1, seed=7)[0][:2]
 
 
@@ -91,7 +91,7 @@ def adapter(tmp_path_factory):
     with _pytest.MonkeyPatch.context() as mp:
         mp.setattr(sft, "progress_callback", capturing)
         result = sft.train_sft(
-            store, ws, base.model_id, dataset, SFTConfig(max_steps=80, batch_size=4, learning_rate=0.01, lora=LORA)
+            store, ws, base.model_id, dataset, SFTSettings(max_steps=80, batch_size=4, learning_rate=0.01, lora=LORA)
         )
     return ws, store, base, result, captured
 
@@ -230,6 +230,6 @@ def test_full_fine_tuning_from_an_adapter_checkpoint_trains_the_merged_model(ada
     from campflow.training.sft import train_sft
 
     ws, store, _, result, _ = adapter
-    full = train_sft(store, ws, result.checkpoint.model_id, "sft-fixed", SFTConfig(max_steps=1, batch_size=2))
+    full = train_sft(store, ws, result.checkpoint.model_id, "sft-fixed", SFTSettings(max_steps=1, batch_size=2))
     assert (full.checkpoint.path / "model.safetensors").exists() and "adapter" not in full.metrics
     assert not (full.checkpoint.path / "adapter_config.json").exists()

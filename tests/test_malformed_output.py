@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
-from campflow.agents.endpoint import EndpointPolicy
+from campflow.agents.openai_policy import EndpointPolicy
 from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps import registry
 from campflow.errors import ContextOverflowError, PolicyError
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episode
 from campflow.rollout.episode import Termination
-from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
+from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
 
 
 def native(name: str, arguments: Any, call_id: str = "c1") -> dict[str, Any]:

@@ -25,7 +25,6 @@ from pydantic import Field
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.agents.oracle import OraclePolicy, native_call
-from campflow.bootcamps.adapters import ImportSpec
 from campflow.bootcamps.base import Action, Params, Score
 from campflow.errors import ImportSourceError
 from campflow.mcp.bootcamp import McpBootcamp
@@ -33,6 +32,7 @@ from campflow.mcp.server import ServerSpec
 from campflow.mcp.tasks import McpTaskParams, build, parse_tasks
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episodes
 from campflow.rollout.episode import Termination
+from campflow.sources import ImportSpec
 from tests.conftest import REPO, run_cli
 
 LEDGER = str(REPO / "tests" / "mcp_servers" / "ledger_server.py")
@@ -182,7 +182,7 @@ def test_a_wrong_solution_and_doing_nothing_fail_a_refusal_is_the_models_message
 def test_an_llm_synthesized_task_row_is_accepted_only_when_its_reference_passes_on_a_fresh_server(ledger) -> None:
     from campflow.config import SynthesisConfig, SynthesisLLMConfig
     from campflow.synthesis.pipeline import synthesize
-    from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
+    from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
 
     _, bootcamp, _, store = ledger
     failing = [bootcamp.generate(McpTaskParams(level=1, task="open-two"), seed) for seed in (5, 6)]
@@ -370,7 +370,7 @@ SQLITE_TASKS = [
 
 @pytest.mark.skipif(not SQLITE.exists(), reason="mcp-server-sqlite's environment is made by `make mcp-servers`")
 def test_mcp_server_sqlite_imports_by_the_cli_and_the_oracle_solves_its_tasks(tmp_path: Path) -> None:
-    from campflow.bootcamps.adapters import build_bootcamp
+    from campflow.sources import build_bootcamp
     from campflow.storage.imports import recorded
     from campflow.storage.store import Store
 

@@ -258,8 +258,8 @@ def test_the_python_api_checks_a_file_as_the_command_does(tmp_path) -> None:
 def test_the_bounds_of_a_field_reach_the_schema_the_agent_sees(imported, tmp_path) -> None:
     shown = _ok(run_cli("bootcamps", "show", "warehouse", "-w", str(imported["ws"]), cwd=tmp_path))
     assert "pick" in shown
-    from campflow.bootcamps.adapters import ImportSpec
-    from campflow.bootcamps.adapters.authored import build_own
+    from campflow.sources import ImportSpec
+    from campflow.sources.authored import build_own
     from campflow.storage.imports import recorded
     from campflow.storage.store import Store
 

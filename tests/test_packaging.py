@@ -55,10 +55,10 @@ def test_a_training_command_without_the_train_extra_names_it_in_one_line(tmp_pat
     assert "pip install 'campflow[train]'" in out.stderr, out.stderr
 
 
-def test_an_import_without_the_adapters_extra_names_it(tmp_path: Path) -> None:
+def test_an_import_without_the_imports_extra_names_it(tmp_path: Path) -> None:
     out = _without(("reasoning_gym",), ["import", "reasoning-gym", "gcd"], tmp_path)
     assert out.returncode == MissingExtraError.exit_code, out.stderr
-    assert out.stderr.count("\n") == 1 and "pip install 'campflow[adapters]'" in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and "pip install 'campflow[imports]'" in out.stderr, out.stderr
 
 
 def test_a_module_no_extra_provides_is_not_disguised() -> None:

@@ -322,7 +322,7 @@ def test_an_adapter_checkpoint_on_a_running_endpoint_is_loaded_evaluated_under_i
     from campflow.bootcamps import registry
     from campflow.bootcamps.splits import eval_instances
     from campflow.flows.evaluate import evaluate
-    from campflow.testing.endpoint import OracleScript, ScriptedEndpoint
+    from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint
 
     adapter = tmp_path / "models" / "sft-lora"
     adapter.mkdir(parents=True)
@@ -342,7 +342,7 @@ def test_an_adapter_checkpoint_on_a_running_endpoint_is_loaded_evaluated_under_i
 def test_a_full_checkpoint_a_running_endpoint_does_not_serve_is_one_error_listing_what_it_serves(
     tmp_path, checkpoint
 ) -> None:
-    from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
+    from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
 
     with ScriptedEndpoint(ReplyScript(["hi"]), model="Qwen/Qwen3-8B") as server:
         cfg = _config(tmp_path, checkpoint, "endpoint", **{"serving.base_url": server.url})

@@ -26,7 +26,7 @@ import pytest
 from campflow.bootcamps import registry
 from campflow.bootcamps.splits import eval_instances
 from campflow.storage.query import run_sql
-from campflow.testing.endpoint import OracleScript, ScriptedEndpoint
+from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint
 from tests.loop_config import write_tiny_config
 
 EXE = str(Path(sys.executable).parent / "campflow")

@@ -39,7 +39,7 @@ from campflow.synthesis.mutate import MutationSynthesizer
 from campflow.synthesis.pipeline import analyze_run, synthesize
 from campflow.synthesis.proposals import Proposal, load_contexts
 from campflow.synthesis.validate import RejectKind, ValidationSettings, validate_proposals
-from campflow.testing.endpoint import ReplyScript, ScriptedEndpoint
+from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
 from tests.conftest import run_cli
 from tests.planted import RUN_ID, in_planted_region, planted_policy, record_planted_run
 from tests.policies import WrongAnswerPolicy

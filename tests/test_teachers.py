@@ -11,7 +11,7 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.splits import train_instances
 from campflow.config import load_config
 from campflow.serving import CheckpointServers
-from campflow.testing.endpoint import OracleScript, ScriptedEndpoint
+from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

@@ -74,8 +74,8 @@ def test_rl_prompts_render_the_bootcamps_schema_with_its_bounds_where_trl_would_
 
     from transformers.utils import get_json_schema
 
-    from campflow.bootcamps.adapters import ImportSpec, register_import
-    from campflow.bootcamps.adapters.authored import source_sha256
+    from campflow.sources import ImportSpec, register_import
+    from campflow.sources.authored import source_sha256
     from campflow.training.environments import environment_class, rendered_tools
     from tests.test_own_bootcamp import WAREHOUSE
 

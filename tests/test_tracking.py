@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from campflow.config import SFTConfig, TinyModelConfig, load_config
+from campflow.config import SFTSettings, TinyModelConfig, load_config
 from campflow.errors import ConfigError
 from campflow.training.tracking import tracking_args
 from tests import fixed_chats
@@ -49,7 +49,7 @@ def test_tensorboard_receives_the_loss_curve_the_store_keeps(tmp_path: Path) -> 
     checkpoints.register(store, "base-fixed", "base", tmp_path / "base")
     dataset = fixed_chats.save_sft_dataset(store, tmp_path / "ds")
     result = train_sft(
-        store, tmp_path, "base-fixed", dataset, SFTConfig(max_steps=3, batch_size=4), report_to=["tensorboard"]
+        store, tmp_path, "base-fixed", dataset, SFTSettings(max_steps=3, batch_size=4), report_to=["tensorboard"]
     )
     model_id = result.checkpoint.model_id
     events = list((tmp_path / "runs" / model_id).rglob("events.out.tfevents.*"))

@@ -331,11 +331,11 @@ def test_the_models_own_loss_equals_trls_fused_loss_on_the_same_batch(small, tmp
 
 @pytest.mark.parametrize("grouped, strategy", [(True, "group_by_length"), (False, "random")])
 def test_sft_batches_sequences_of_similar_length_when_asked(tmp_path, grouped, strategy):
-    from campflow.config import SFTConfig
+    from campflow.config import SFTSettings
     from campflow.training.sft import sft_arguments
 
     args = sft_arguments(
-        SFTConfig(group_by_length=grouped),
+        SFTSettings(group_by_length=grouped),
         resolve_hardware("cpu"),
         tmp_path,
         512,

@@ -23,7 +23,7 @@ import pytest
 from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps import registry
 from campflow.bootcamps.splits import train_instances
-from campflow.config import RLConfig, SFTConfig, load_config
+from campflow.config import RLSettings, SFTSettings, load_config
 from campflow.hardware import resolve_hardware
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.storage.store import Store
@@ -32,8 +32,8 @@ from campflow.training.filtering import build_sft_dataset
 from tests.conftest import REPO
 
 LOSS_RTOL, WEIGHT_ATOL = 1e-5, 1e-6
-SFT = SFTConfig(max_steps=8, batch_size=2, learning_rate=1e-3)
-RL = RLConfig(
+SFT = SFTSettings(max_steps=8, batch_size=2, learning_rate=1e-3)
+RL = RLSettings(
     max_steps=3,
     num_generations=2,
     prompts_per_step=1,
@@ -49,7 +49,7 @@ from transformers import TrainerCallback
 import campflow.training.rl as rl
 import campflow.training.sft as sft
 from campflow.bootcamps import registry
-from campflow.config import RLConfig, SFTConfig
+from campflow.config import RLSettings, SFTSettings
 from campflow.hardware import resolve_hardware
 from campflow.storage.store import Store
 
@@ -64,10 +64,10 @@ sft.progress_callback = rl.progress_callback = lambda key, description: KillAt()
 store, ws = Store(spec["db"]), __import__("pathlib").Path(spec["ws"])
 hardware = resolve_hardware("cpu", "fp32", cpu_threads=1)
 if spec["kind"] == "sft":
-    sft.train_sft(store, ws, spec["base"], spec["dataset"], SFTConfig(**spec["cfg"]), hardware=hardware, save_steps=2)
+    sft.train_sft(store, ws, spec["base"], spec["dataset"], SFTSettings(**spec["cfg"]), hardware=hardware, save_steps=2)
 else:
     made = [registry.make(b).generate(p, s) for b, p, s in spec["instances"]]
-    rl.train_rl(store, ws, spec["base"], ["calculator"], RLConfig(**spec["cfg"]), hardware=hardware,
+    rl.train_rl(store, ws, spec["base"], ["calculator"], RLSettings(**spec["cfg"]), hardware=hardware,
                 instances=made, save_steps=1)
 """
 

@@ -310,8 +310,8 @@ def test_an_rl_rollout_renders_a_tools_image_where_sft_and_evaluation_show_it(vl
 
 
 def test_an_endpoint_vlm_receives_the_image_parts_and_solves_through_the_existing_policy() -> None:
-    from campflow.agents.endpoint import EndpointPolicy
-    from campflow.testing.endpoint import OracleScript, ScriptedEndpoint
+    from campflow.agents.openai_policy import EndpointPolicy
+    from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint
 
     b = registry.make("gridworld")
     instances = eval_instances(b, 3, levels=[1], observation="image")

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec
 from campflow.errors import UnknownBootcampError
+from campflow.sources import ImportSpec
 from campflow.storage.imports import import_bootcamp, recorded
 from campflow.storage.workspace import Workspace
 from tests.conftest import run_cli

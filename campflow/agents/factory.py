@@ -28,7 +28,7 @@ def build_policy(cfg: PolicyConfig) -> Policy:
             f"({'an endpoint model name' if cfg.kind == 'openai' else 'a local model path'})"
         )
     if cfg.kind == "openai":
-        from campflow.agents.endpoint import EndpointPolicy
+        from campflow.agents.openai_policy import EndpointPolicy
 
         return EndpointPolicy(
             cfg.model,

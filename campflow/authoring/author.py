@@ -23,11 +23,11 @@ from campflow.authoring import prompt
 from campflow.authoring.contract_run import ContractReport, Verdict, run_contract
 from campflow.authoring.examples import read_examples
 from campflow.authoring.records import Attempt, new_attempt_id, record_verdicts, save_module
-from campflow.bootcamps.adapters import ImportSpec, default_name, register_import
-from campflow.bootcamps.adapters.authored import HASH_OPTION, authored_version
 from campflow.bootcamps.base import format_validation_error
 from campflow.config import AuthorLLMConfig, CampflowConfig
 from campflow.errors import AuthoringError, ConfigError, PolicyError
+from campflow.sources import ImportSpec, default_name, register_import
+from campflow.sources.authored import HASH_OPTION, authored_version
 from campflow.storage.imports import check_name_free, record
 from campflow.storage.workspace import Workspace
 
@@ -154,7 +154,7 @@ def ask(llm: AuthorLLMConfig, messages: list[dict[str, Any]]) -> str:
     Raises:
         AuthoringError: the endpoint could not be reached or failed after its retries (one line naming it).
     """
-    from campflow.agents.endpoint import EndpointPolicy
+    from campflow.agents.openai_policy import EndpointPolicy
 
     policy = EndpointPolicy(
         llm.model or "",

@@ -8,7 +8,7 @@ checked the same way, built from the registry inside the sandbox.
 
 ``campflow import bootcamp FILE.py[:Class]`` (:func:`import_own_bootcamp`) runs the same checks and,
 only when every one holds, records the file in the workspace's ``imported_bootcamps`` with adapter
-``bootcamp``, its absolute path and source hash (:func:`~campflow.bootcamps.adapters.authored.build_own`);
+``bootcamp``, its absolute path and source hash (:func:`~campflow.sources.authored.build_own`);
 from then on every command finds the bootcamp by the name its class declares. A refused import writes
 nothing: no store, no folder.
 
@@ -25,10 +25,10 @@ from pathlib import Path
 from campflow.authoring.checks import MODULE_FILE
 from campflow.authoring.contract_run import ContractReport, Verdict, run_contract
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.adapters.authored import CLASS_OPTION, HASH_OPTION, source_sha256
 from campflow.config import CampflowConfig, load_config
 from campflow.errors import BootcampCheckError, ImportSourceError
+from campflow.sources import ImportSpec
+from campflow.sources.authored import CLASS_OPTION, HASH_OPTION, source_sha256
 
 IMPORT_COMMAND = "campflow import bootcamp FILE.py"
 
@@ -210,7 +210,7 @@ def import_own_bootcamp(
             built-in name.
         BootcampCheckError: a check failed (``.report`` holds every verdict); nothing was written.
     """
-    from campflow.bootcamps.adapters import register_import
+    from campflow.sources import register_import
     from campflow.storage.imports import check_name_free, record
     from campflow.storage.workspace import Workspace
 
@@ -234,7 +234,7 @@ def import_own_bootcamp(
     report = check_bootcamp(target, cfg=cfg, instances=instances)
     if not report.passed:
         raise BootcampCheckError(f"refused {file.path.name}: {report.summary()}", report)
-    from campflow.bootcamps.adapters.authored import build_own
+    from campflow.sources.authored import build_own
 
     spec = spec.model_copy(update={"version": build_own(spec).version})
     record(ws.store, spec)

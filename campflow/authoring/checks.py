@@ -26,7 +26,7 @@ check               passes when
 ``examples``        each example's input, through the module's ``example_identity``, is solved by the
                     oracle with the example's answer (:func:`answers_match`); only with examples
 ``across_processes`` per level, a second process (another hash seed, the opposite order) generates the
-                    same instances: the same digest (:func:`~campflow.bootcamps.adapters.probes.generated`)
+                    same instances: the same digest (:func:`~campflow.sources.probes.generated`)
                     for every seed (judged by the parent from both processes' digests)
 ==================  ================================================================================
 
@@ -46,14 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from campflow.bootcamps import contract
-from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.adapters.authored import build
-from campflow.bootcamps.adapters.probes import generated
 from campflow.bootcamps.base import Bootcamp, Instance
 from campflow.errors import ContractError, ImportSourceError
 from campflow.integrity.battery import SEEDS as BATTERY_SEEDS
 from campflow.integrity.battery import run_battery
 from campflow.serialization import canonical_json
+from campflow.sources import ImportSpec
+from campflow.sources.authored import build
+from campflow.sources.probes import generated
 
 CHECKS: tuple[str, ...] = (
     "reply",

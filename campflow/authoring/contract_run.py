@@ -3,9 +3,9 @@
 The first process (hash seed 1, levels and seeds in order) runs every check of
 :mod:`campflow.authoring.checks`; the second (hash seed 2, everything in the opposite order) only builds
 the bootcamp and generates the same instances, so their digests show whether an instance id means one
-task in every process (the vetting's two-process check, :mod:`campflow.bootcamps.adapters.vetting`).
+task in every process (the vetting's two-process check, :mod:`campflow.sources.vetting`).
 Where they differ a third process tells the cause apart as the vetting does
-(:func:`~campflow.bootcamps.adapters.vetting.nondeterminism_cause`).
+(:func:`~campflow.sources.vetting.nondeterminism_cause`).
 
 Every check of :data:`~campflow.authoring.checks.CHECKS` that applies gets a verdict: passed, failed
 (with the reason and evidence) or not run (``passed`` None, with why: the module did not import, the
@@ -21,9 +21,9 @@ from typing import Any
 
 from campflow.authoring.checks import CHECKS, LEVEL_CHECKS
 from campflow.authoring.sandbox import ChildRun, run_confined
-from campflow.bootcamps.adapters.authored import source_sha256
-from campflow.bootcamps.adapters.vetting import HASH_SEEDS, nondeterminism_cause
 from campflow.config import SandboxConfig
+from campflow.sources.authored import source_sha256
+from campflow.sources.vetting import HASH_SEEDS, nondeterminism_cause
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from campflow.authoring.contract_run import Verdict
-from campflow.bootcamps.adapters.authored import source_sha256
+from campflow.sources.authored import source_sha256
 from campflow.storage.store import Store, now
 
 MODULES_DIR = "authored"

@@ -10,5 +10,5 @@ The layout tells bootcamps from the machinery they share:
   (``base.py``, ``values.py``, ``schemas.py``, ``messages.py``), the registry, the property checks
   (``contract.py``), the splits, the image helpers (``rendering.py``) and the safe evaluator that
   calculator and chart both use (``arithmetic.py``).
-- ``adapters/`` is not a bootcamp: it turns other people's tasks into bootcamps (``campflow import``).
+- other people's tasks, turned into bootcamps by ``campflow import``, come from :mod:`campflow.sources`.
 """

@@ -8,7 +8,7 @@ the bootcamp is built and smoke-tested, recorded in the workspace's store and fr
 keyword argument, a constructor argument); values are read as YAML. ``--config`` is the campflow YAML
 config, as in every other command. ``--no-process-check`` vets the source
 in this process (faster; no hash-seed check, no time limit per level); see
-:mod:`campflow.bootcamps.adapters.vetting` for what every import checks.
+:mod:`campflow.sources.vetting` for what every import checks.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def import_class(
             )
     levels = None
     if levels_from is not None:  # the file's content goes on record, not its path
-        from campflow.bootcamps.adapters.class_sources import read_levels_file
+        from campflow.sources.class_sources import read_levels_file
 
         levels = read_levels_file(levels_from)
     _import(
@@ -234,16 +234,16 @@ def _import(
 ) -> None:
     from pydantic import ValidationError
 
-    from campflow.bootcamps.adapters import ImportSpec, default_name, parse_options
     from campflow.bootcamps.base import format_validation_error
     from campflow.errors import ImportSourceError
+    from campflow.sources import ImportSpec, default_name, parse_options
     from campflow.storage.imports import import_bootcamp
     from campflow.storage.workspace import Workspace
 
     cfg = config_with(config_file, db)
     options = parse_options(pairs)
     if levels is not None:
-        from campflow.bootcamps.adapters.class_bootcamps import LEVELS_OPTION
+        from campflow.sources.class_bootcamps import LEVELS_OPTION
 
         options[LEVELS_OPTION] = levels
     try:

@@ -171,8 +171,8 @@ def export(
     from campflow.storage.workspace import Workspace
 
     if merge is not None:
-        from campflow.training.adapters import merge_adapter
         from campflow.training.checkpoints import get
+        from campflow.training.lora import merge_adapter
 
         ckpt = get(Workspace.from_config(cfg).store, merge)
         console.print(f"wrote {merge_adapter(ckpt.path, out)} ({ckpt.model_id} merged into its base)")

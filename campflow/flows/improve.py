@@ -8,6 +8,9 @@ instances, the RL checkpoint the candidate only if it beats the SFT one there ->
 -> promote the candidate only if it passes the gate (:mod:`campflow.storage.promotion`) -> report.
 ``improve.cycles`` cycles run in a row, each from the last promoted model.
 
+The steps are one table, :data:`CYCLE_STEPS`: (name, function) in order, each function taking the
+cycle's :class:`CycleRun` and returning what it produced; the flow walks it (:data:`STEPS` is its names).
+
 Every step's output lives in the store and is recorded in the cycle's state as soon as the step
 completes; every step is idempotent (fixed run ids complete only what is missing, datasets and
 checkpoints have content ids). So a cycle killed at any point resumes from its last completed step
@@ -18,8 +21,11 @@ series of cycles continues with the cycles it has left.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from prefect import flow
 
@@ -37,10 +43,9 @@ from campflow.report.facts import cycle_facts
 from campflow.report.inspect_log import cycle_runs, export_runs, require_inspect
 from campflow.report.page import write_report
 from campflow.serving import CheckpointServers
-from campflow.storage import cycles
+from campflow.storage import cycles, variants
 from campflow.storage.lock import WorkspaceLock
-from campflow.storage.promotion import choose_candidate, compare, gate
-from campflow.storage.schema import RETRYABLE_SQL
+from campflow.storage.promotion import CandidateChoice, Decision, choose_candidate, compare, gate, run_metric
 from campflow.storage.store import Store
 from campflow.storage.suspicion import largest_rise, mine_suspicious
 from campflow.storage.workspace import Workspace
@@ -58,24 +63,6 @@ from campflow.tasks.training import (
     start_model_task,
 )
 from campflow.training import checkpoints
-
-STEPS = (
-    "evaluate",
-    "mine",
-    "synthesize",
-    "probe-before",
-    "collect",
-    "dataset",
-    "sft",
-    "rl-band",
-    "rl",
-    "rl-effect",
-    "re-evaluate",
-    "probe-after",
-    "curriculum",
-    "promote",
-    "report",
-)
 
 
 @dataclass
@@ -96,20 +83,12 @@ class CycleSummary:
     earlier: list[CycleSummary] = field(default_factory=list)  # the cycles before it in the same run
 
 
-def _metric(store: Store, run_id: str, metric: str) -> float:
-    column = "success::INTEGER" if metric == "pass_rate" else "reward"
-    value = store.scalar(
-        f"SELECT avg({column}) FROM episodes WHERE run_id = ? AND termination NOT IN {RETRYABLE_SQL}", [run_id]
-    )
-    return float(value or 0.0)
-
-
 def _series(store: Store, cycle_id: str | None, resume: bool, count: int) -> tuple[cycles.Cycle, list[str]]:
     """The cycle to run now and the ids of the cycles of its series still to come after it."""
     if resume:
         cycle = cycles.load(store, cycle_id) if cycle_id else cycles.latest_unfinished(store)
         if cycle is None:
-            last = store.scalar("SELECT cycle_id FROM cycles ORDER BY started_at DESC LIMIT 1")
+            last = cycles.latest_id(store)
             series = cycles.load(store, last).state.get("series") if last else None
             if not series or series["index"] >= len(series["ids"]) - 1:
                 raise CampflowError("no unfinished cycle to resume; start one with `campflow improve`")
@@ -183,6 +162,237 @@ def hold_for_cycle(lock: WorkspaceLock, cycle_id: str) -> None:
             progress.current().note(f"could not name the flow run {cycle_id}: {type(exc).__name__}: {exc}")
 
 
+@dataclass
+class Verdict:
+    """The gate's reading of a cycle: the metric before and after, and the decision (on record)."""
+
+    metric: str
+    before: float
+    after: float
+    decision: Decision
+
+
+@dataclass
+class CycleRun:
+    """What the steps of one cycle share: its config, store, record, task runner, servers and model.
+
+    ``cycle.state`` holds what the completed steps produced; the candidate and the gate's verdict are
+    read from it the first time a step needs them.
+    """
+
+    cfg: CampflowConfig
+    store: Store
+    cycle: cycles.Cycle
+    runner: Any
+    servers: CheckpointServers
+    model: checkpoints.Checkpoint
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.cycle.state
+
+    @property
+    def levels(self) -> dict[str, list[int]]:
+        return self.state["levels"]
+
+    @property
+    def before_run(self) -> str:
+        return f"{self.cycle.cycle_id}-before"
+
+    @property
+    def after_run(self) -> str:
+        return f"{self.cycle.cycle_id}-after"
+
+    def served(self, path: Path) -> CampflowConfig:
+        """The config whose policy is the checkpoint at ``path``, served as ``serving`` says."""
+        return self.servers.config(path)
+
+    @cached_property
+    def sft(self) -> checkpoints.Checkpoint:
+        return checkpoints.get(self.store, self.state["sft_model"])
+
+    @cached_property
+    def choice(self) -> CandidateChoice:
+        """RL becomes the candidate only on evidence: it beat the SFT checkpoint on held-out band instances."""
+        return choose_candidate(
+            self.state["sft_model"],
+            self.state["rl_model"],
+            self.state.get("rl_effect"),
+            rl_min_gain=self.cfg.improve.rl_min_gain,
+        )
+
+    @cached_property
+    def candidate(self) -> checkpoints.Checkpoint:
+        return checkpoints.get(self.store, self.choice.model_id)
+
+    @cached_property
+    def verdict(self) -> Verdict:
+        """The gate on the before and after runs, recorded as the cycle's decision."""
+        cfg, store = self.cfg, self.store
+        metric = cfg.improve.metric
+        before, after = run_metric(store, self.before_run, metric), run_metric(store, self.after_run, metric)
+        ws = Workspace.from_config(cfg)
+        for run in (self.before_run, self.after_run):  # successes a human should check, mined like failures
+            mine_suspicious(ws, run)
+        decision = gate(
+            compare(store, self.before_run, self.after_run),
+            metric=metric,
+            before=before,
+            after=after,
+            min_improvement=cfg.improve.min_improvement,
+            max_regression=cfg.improve.max_regression,
+            suspicion=largest_rise(store, self.before_run, self.after_run),
+            max_suspicious_increase=cfg.improve.max_suspicious_increase,
+        )
+        cycles.decide(
+            store,
+            self.cycle,
+            candidate=self.candidate.model_id,
+            metric=metric,
+            before=before,
+            after=after,
+            promoted=decision.promoted,
+            reason=f"{decision.reason}; candidate: {self.choice.reason}",
+        )
+        return Verdict(metric, before, after, decision)
+
+
+def _evaluate(run: CycleRun) -> dict[str, Any]:
+    evaluate_flow.with_options(task_runner=run.runner)(run.served(run.model.path), run.before_run)
+    run.servers.check()  # a server that died mid-run: its infra_error episodes run again on resume
+    return {"eval_before": run.before_run}
+
+
+def _mine(run: CycleRun) -> dict[str, Any]:
+    return {"clusters": len(mine_failures_task(run.cfg, run.before_run))}
+
+
+def _synthesize(run: CycleRun) -> dict[str, Any]:
+    calibrating = run.served(run.model.path).policy if run.cfg.synthesis.calibration_samples else None
+    summary = synthesize_task(run.cfg, run.before_run, calibrating, {b: max(lv) for b, lv in run.levels.items()})
+    run.servers.check()
+    return {
+        "synthesis_run": summary["run_id"],
+        "variant_ids": variants.run_variant_ids(run.store, summary["run_id"]),
+        "accepted": summary["accepted"],
+    }
+
+
+def _probe_before(run: CycleRun) -> dict[str, Any]:
+    ids = _probe_ids(run.store, run.cfg, run.state.get("variant_ids") or [])
+    return {"probe_before": _play_probes(run, run.model.path, "probe-before", ids), "probe_ids": ids}
+
+
+def _collect(run: CycleRun) -> dict[str, Any]:
+    runs = collect_teachers(
+        run.cfg,
+        run.servers,
+        run.model.path,
+        run.cycle.cycle_id,
+        run.runner,
+        variant_ids=run.state.get("variant_ids") or [],
+        levels=run.levels,
+    )
+    return {"collect_run": runs[0], "collect_runs": runs}
+
+
+def _dataset(run: CycleRun) -> dict[str, Any]:
+    collected = run.state.get("collect_runs") or [run.state["collect_run"]]
+    return {"dataset": build_dataset_task(run.cfg, collected, str(run.model.path))}
+
+
+def _sft(run: CycleRun) -> dict[str, Any]:
+    return {"sft_model": sft_task(run.cfg, run.model.model_id, run.state["dataset"])}
+
+
+def _rl_band(run: CycleRun) -> dict[str, Any]:
+    found = (
+        band.find_band(run.cfg, run.runner, run.sft.path, f"{run.cycle.cycle_id}-rl-band", run.levels)
+        if run.cfg.improve.rl
+        else None
+    )
+    return {
+        "rl_band_run": found and found.run_id,
+        "rl_calibrated": found and found.calibrated,
+        "rl_prompts": found.prompts if found else [],
+        "rl_holdout": found.holdout if found else [],
+    }
+
+
+def _rl(run: CycleRun) -> dict[str, Any]:
+    # an empty band gives GRPO nothing to learn from (every group's rewards are equal): no RL then
+    prompts = run.state["rl_prompts"]
+    return {"rl_model": rl_task(run.cfg, run.state["sft_model"], prompts) if prompts else None}
+
+
+def _rl_effect(run: CycleRun) -> dict[str, Any]:
+    cfg, state, cycle_id = run.cfg, run.state, run.cycle.cycle_id
+    effect = None
+    if state["rl_model"] and state["rl_holdout"]:
+        rl_path = checkpoints.get(run.store, state["rl_model"]).path
+        effect = {
+            "instances": len(state["rl_holdout"]),
+            "samples": cfg.training.rl.band_samples,
+            "sft": band.measure(cfg, run.runner, run.sft.path, f"{cycle_id}-band-sft", state["rl_holdout"]),
+            "rl": band.measure(cfg, run.runner, rl_path, f"{cycle_id}-band-rl", state["rl_holdout"]),
+        }
+    chosen = choose_candidate(state["sft_model"], state["rl_model"], effect, rl_min_gain=cfg.improve.rl_min_gain)
+    return {"rl_effect": effect, "candidate_kind": chosen.kind, "candidate_reason": chosen.reason}
+
+
+def _re_evaluate(run: CycleRun) -> dict[str, Any]:
+    evaluate_flow.with_options(task_runner=run.runner)(run.served(run.candidate.path), run.after_run)
+    run.servers.check()
+    return {"eval_after": run.after_run}
+
+
+def _probe_after(run: CycleRun) -> dict[str, Any]:
+    ids = list(run.state.get("probe_ids") or []) + _curriculum_check(run.cfg, run.store, run.cycle.cycle_id)
+    return {"probe_after": _play_probes(run, run.candidate.path, "probe-after", ids)}
+
+
+def _curriculum(run: CycleRun) -> dict[str, Any]:
+    probed = run.state.get("probe_after")
+    return {"curriculum": update_curriculum_task(run.cfg, probed) if probed else {}}
+
+
+def _promote(run: CycleRun) -> dict[str, Any]:
+    return {"promoted": run.verdict.decision.promoted}
+
+
+def _report(run: CycleRun) -> dict[str, Any]:
+    run.verdict  # noqa: B018 - the decision is on record before the page that shows it
+    # the page is the cycle's last act: it shows the state that writing it completes
+    facts = replace(cycle_facts(run.store, run.cycle.cycle_id), status="completed", step="report")
+    page = write_report(facts, run.cfg.improve.reports_dir / run.cycle.cycle_id)
+    if run.cfg.improve.inspect_logs:
+        export_runs(run.store, cycle_runs(run.store, run.cycle.cycle_id, run.state), page.parent / "inspect")
+    cycle_artifacts_task(facts, page)  # what the Prefect UI shows of the cycle
+    return {"report": str(page)}
+
+
+#: a cycle's steps in order: each runs unless the cycle's state says it is done, and what it returns
+#: is recorded in that state (a resumed cycle starts at its first step not done)
+CYCLE_STEPS: tuple[tuple[str, Callable[[CycleRun], dict[str, Any]]], ...] = (
+    ("evaluate", _evaluate),
+    ("mine", _mine),
+    ("synthesize", _synthesize),
+    ("probe-before", _probe_before),
+    ("collect", _collect),
+    ("dataset", _dataset),
+    ("sft", _sft),
+    ("rl-band", _rl_band),
+    ("rl", _rl),
+    ("rl-effect", _rl_effect),
+    ("re-evaluate", _re_evaluate),
+    ("probe-after", _probe_after),
+    ("curriculum", _curriculum),
+    ("promote", _promote),
+    ("report", _report),
+)
+STEPS = tuple(name for name, _ in CYCLE_STEPS)
+
+
 def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleSummary:
     """One cycle from its first step not yet done."""
     state = cycle.state
@@ -192,9 +402,6 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
     # one server per checkpoint (serving: launch / endpoint), shared by the steps that evaluate it and
     # stopped when the cycle ends, however it ends; a resumed cycle starts its own
     servers = CheckpointServers(cfg)
-
-    def served(path: Path) -> CampflowConfig:
-        return servers.config(path)
 
     reporter = progress.current()
     reporter.start("cycle", f"cycle {cycle.cycle_id}", len(STEPS))
@@ -225,139 +432,11 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
         cycle.base_model_id = model.model_id
         # vision bootcamps in the mode this model reads, in every step (teachers and served checkpoints too)
         cfg = servers.cfg = with_observation(cfg, model.path)
-        levels = state["levels"]
-        before_run = f"{cycle.cycle_id}-before"
-        if pending("evaluate"):
-            evaluate_flow.with_options(task_runner=runner)(served(model.path), before_run)
-            servers.check()  # a server that died mid-run: its infra_error episodes run again on resume
-            done("evaluate", eval_before=before_run)
-        if pending("mine"):
-            clusters = mine_failures_task(cfg, before_run)
-            done("mine", clusters=len(clusters))
-        if pending("synthesize"):
-            calibrating = served(model.path).policy if cfg.synthesis.calibration_samples else None
-            summary = synthesize_task(cfg, before_run, calibrating, {b: max(lv) for b, lv in levels.items()})
-            servers.check()
-            variant_ids = [
-                r["variant_id"]
-                for r in store.query("SELECT variant_id FROM variants WHERE run_id = ?", [summary["run_id"]])
-            ]
-            done("synthesize", synthesis_run=summary["run_id"], variant_ids=variant_ids, accepted=summary["accepted"])
-        if pending("probe-before"):
-            ids = _probe_ids(store, cfg, state.get("variant_ids") or [])
-            run = None
-            if ids:
-                run = f"{cycle.cycle_id}-probe-before"
-                collect_flow.with_options(task_runner=runner)(
-                    served(model.path), run, only_ids=ids, kind="probe", samples=cfg.eval.samples
-                )
-                servers.check()
-            done("probe-before", probe_before=run, probe_ids=ids)
-        if pending("collect"):
-            runs = collect_teachers(
-                cfg,
-                servers,
-                model.path,
-                cycle.cycle_id,
-                runner,
-                variant_ids=state.get("variant_ids") or [],
-                levels=levels,
-            )
-            done("collect", collect_run=runs[0], collect_runs=runs)
-        if pending("dataset"):
-            done(
-                "dataset",
-                dataset=build_dataset_task(cfg, state.get("collect_runs") or [state["collect_run"]], str(model.path)),
-            )
-        if pending("sft"):
-            done("sft", sft_model=sft_task(cfg, model.model_id, state["dataset"]))
-        sft = checkpoints.get(store, state["sft_model"])
-        if pending("rl-band"):
-            found = (
-                band.find_band(cfg, runner, sft.path, f"{cycle.cycle_id}-rl-band", levels) if cfg.improve.rl else None
-            )
-            done(
-                "rl-band",
-                rl_band_run=found and found.run_id,
-                rl_calibrated=found and found.calibrated,
-                rl_prompts=found.prompts if found else [],
-                rl_holdout=found.holdout if found else [],
-            )
-        if pending("rl"):
-            # an empty band gives GRPO nothing to learn from (every group's rewards are equal): no RL then
-            done("rl", rl_model=rl_task(cfg, state["sft_model"], state["rl_prompts"]) if state["rl_prompts"] else None)
-        if pending("rl-effect"):
-            effect = None
-            if state["rl_model"] and state["rl_holdout"]:
-                rl_path = checkpoints.get(store, state["rl_model"]).path
-                effect = {
-                    "instances": len(state["rl_holdout"]),
-                    "samples": cfg.training.rl.band_samples,
-                    "sft": band.measure(cfg, runner, sft.path, f"{cycle.cycle_id}-band-sft", state["rl_holdout"]),
-                    "rl": band.measure(cfg, runner, rl_path, f"{cycle.cycle_id}-band-rl", state["rl_holdout"]),
-                }
-            chosen = choose_candidate(
-                state["sft_model"], state["rl_model"], effect, rl_min_gain=cfg.improve.rl_min_gain
-            )
-            done("rl-effect", rl_effect=effect, candidate_kind=chosen.kind, candidate_reason=chosen.reason)
-        # RL becomes the candidate only on evidence: it beat the SFT checkpoint on held-out band instances
-        choice = choose_candidate(
-            state["sft_model"], state["rl_model"], state.get("rl_effect"), rl_min_gain=cfg.improve.rl_min_gain
-        )
-        candidate = checkpoints.get(store, choice.model_id)
-        after_run = f"{cycle.cycle_id}-after"
-        if pending("re-evaluate"):
-            evaluate_flow.with_options(task_runner=runner)(served(candidate.path), after_run)
-            servers.check()
-            done("re-evaluate", eval_after=after_run)
-        if pending("probe-after"):
-            ids = list(state.get("probe_ids") or []) + _curriculum_check(cfg, store, cycle.cycle_id)
-            run = None
-            if ids:
-                run = f"{cycle.cycle_id}-probe-after"
-                collect_flow.with_options(task_runner=runner)(
-                    served(candidate.path), run, only_ids=ids, kind="probe", samples=cfg.eval.samples
-                )
-                servers.check()
-            done("probe-after", probe_after=run)
-        if pending("curriculum"):
-            stepped = update_curriculum_task(cfg, state["probe_after"]) if state.get("probe_after") else {}
-            done("curriculum", curriculum=stepped)
-        metric = cfg.improve.metric
-        before, after = _metric(store, before_run, metric), _metric(store, after_run, metric)
-        ws = Workspace.from_config(cfg)
-        for run in (before_run, after_run):  # successes a human should check, mined like failures
-            mine_suspicious(ws, run)
-        decision = gate(
-            compare(store, before_run, after_run),
-            metric=metric,
-            before=before,
-            after=after,
-            min_improvement=cfg.improve.min_improvement,
-            max_regression=cfg.improve.max_regression,
-            suspicion=largest_rise(store, before_run, after_run),
-            max_suspicious_increase=cfg.improve.max_suspicious_increase,
-        )
-        cycles.decide(
-            store,
-            cycle,
-            candidate=candidate.model_id,
-            metric=metric,
-            before=before,
-            after=after,
-            promoted=decision.promoted,
-            reason=f"{decision.reason}; candidate: {choice.reason}",
-        )
-        if pending("promote"):
-            done("promote", promoted=decision.promoted)
-        if pending("report"):
-            # the page is the cycle's last act: it shows the state that writing it completes
-            facts = replace(cycle_facts(store, cycle.cycle_id), status="completed", step="report")
-            page = write_report(facts, cfg.improve.reports_dir / cycle.cycle_id)
-            if cfg.improve.inspect_logs:
-                export_runs(store, cycle_runs(store, cycle.cycle_id, state), page.parent / "inspect")
-            cycle_artifacts_task(facts, page)  # what the Prefect UI shows of the cycle
-            done("report", report=str(page))
+        run = CycleRun(cfg, store, cycle, runner, servers, model)
+        for name, step in CYCLE_STEPS:
+            if pending(name):
+                done(name, **step(run))
+        verdict = run.verdict
         cycles.finish(store, cycle)
     except BaseException as exc:
         signal_name = stopping.received()
@@ -370,30 +449,35 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
     return CycleSummary(
         cycle.cycle_id,
         model.model_id,
-        candidate.model_id,
-        metric,
-        before,
-        after,
-        decision.promoted,
+        run.candidate.model_id,
+        verdict.metric,
+        verdict.before,
+        verdict.after,
+        verdict.decision.promoted,
         facts.pass_before,
         facts.pass_after,
         Path(state["report"]),
-        f"{decision.reason}; candidate: {choice.reason}",
+        f"{verdict.decision.reason}; candidate: {run.choice.reason}",
     )
+
+
+def _play_probes(run: CycleRun, path: Path, label: str, ids: list[str]) -> str | None:
+    """The checkpoint at ``path`` plays the probes ``ids`` as run ``<cycle>-<label>``; None when there are none."""
+    if not ids:
+        return None
+    probe_run = f"{run.cycle.cycle_id}-{label}"
+    collect_flow.with_options(task_runner=run.runner)(
+        run.served(path), probe_run, only_ids=ids, kind="probe", samples=run.cfg.eval.samples
+    )
+    run.servers.check()
+    return probe_run
 
 
 def _probe_ids(store: Store, cfg: CampflowConfig, variant_ids: list[str]) -> list[str]:
     """The probes of this cycle's accepted variants (at most ``improve.variant_eval_n``), or none."""
     if not cfg.improve.eval_variants or not variant_ids:
         return []
-    return [
-        r["instance_id"]
-        for r in store.query(
-            "SELECT i.instance_id FROM instances i JOIN variants v USING (variant_id) WHERE i.split = 'probe' "
-            "AND v.status = 'accepted' AND v.variant_id IN (SELECT unnest(?)) ORDER BY i.instance_id LIMIT ?",
-            [variant_ids, cfg.improve.variant_eval_n],
-        )
-    ]
+    return variants.accepted_probe_ids(store, variant_ids, cfg.improve.variant_eval_n)
 
 
 def _curriculum_check(cfg: CampflowConfig, store: Store, cycle_id: str) -> list[str]:

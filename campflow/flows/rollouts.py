@@ -5,9 +5,9 @@ from __future__ import annotations
 from prefect.futures import as_completed
 
 from campflow import progress
-from campflow.bootcamps.adapters import registered_imports
 from campflow.config import PolicyConfig, RolloutConfig
 from campflow.flows.runners import in_process
+from campflow.sources import registered_imports
 from campflow.storage.store import Store
 from campflow.tasks.rollout import ShardItem, rollout_shard
 

@@ -40,12 +40,12 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field
 
-from campflow.bootcamps.adapters.function_calling import RowTool
-from campflow.bootcamps.adapters.function_calling_rows import args_model
 from campflow.bootcamps.base import Action, Bootcamp, Instance, Observation, P, State, Tool, ToolArgs, tool
 from campflow.bootcamps.served import ServedTools, run_async
 from campflow.errors import ToolError, ToolServerError
 from campflow.mcp.server import ServerSession, ServerSpec, ToolResult, fill, open_server
+from campflow.sources.function_calling import RowTool
+from campflow.sources.function_calling_rows import args_model
 
 FINISH = "submit"
 _WORKDIR: contextvars.ContextVar[Path | None] = contextvars.ContextVar("campflow_mcp_workdir", default=None)

@@ -38,11 +38,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from campflow.bootcamps.adapters import ImportSpec
 from campflow.bootcamps.base import Action, Instance, Params, Score, format_validation_error
 from campflow.errors import ImportSourceError
 from campflow.mcp.bootcamp import FINISH, McpBootcamp, McpState, SubmitArgs, workdir_text
 from campflow.mcp.server import ServerSpec, ToolResult
+from campflow.sources import ImportSpec
 
 ADAPTER_REVISION = "1"
 PREDICATES = ("result", "equals", "contains", "approx")

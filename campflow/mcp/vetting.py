@@ -30,10 +30,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from campflow.bootcamps.adapters import ImportSpec
 from campflow.errors import CampflowError, ImportSourceError, ToolServerError
 from campflow.mcp.bootcamp import FINISH
 from campflow.mcp.tasks import McpTaskBootcamp, McpTaskParams, TaskRow, build
+from campflow.sources import ImportSpec
 
 CONCURRENCY = 4
 

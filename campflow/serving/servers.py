@@ -14,7 +14,7 @@ from pathlib import Path
 
 from campflow.config import CampflowConfig, PolicyConfig
 from campflow.errors import ConfigError, ServingError
-from campflow.serving import endpoint
+from campflow.serving import running_server
 from campflow.serving.launch import LaunchedServer
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class _Served:
             self.server.stop()
         if self.unload is not None:
             try:
-                endpoint.unload_adapter(*self.unload, api_key=self.api_key)
+                running_server.unload_adapter(*self.unload, api_key=self.api_key)
             except ServingError as exc:  # the evaluation is done; a leftover adapter is worth a warning only
                 log.warning("could not unload adapter %s: %s", self.unload[1], exc)
 
@@ -84,10 +84,10 @@ def _serve(cfg: CampflowConfig, path: Path) -> _Served:
         return _Served(_openai_policy(cfg, name, server.base_url, cfg.policy.api_key_env), server)
     if not s.base_url:
         raise ConfigError("serving.base_url is required for serving.kind endpoint, e.g. http://localhost:8000/v1")
-    key = endpoint.api_key(s.api_key_env)
-    listed = endpoint.served_models(s.base_url, key)
+    key = running_server.api_key(s.api_key_env)
+    listed = running_server.served_models(s.base_url, key)
     if base is not None and s.runtime_lora:
-        endpoint.load_adapter(s.base_url, name, str(path.resolve()), key)
+        running_server.load_adapter(s.base_url, name, str(path.resolve()), key)
         return _Served(_openai_policy(cfg, name, s.base_url, s.api_key_env), unload=(s.base_url, name), api_key=key)
     for candidate in (name, str(path), s.model):
         if candidate and candidate in listed:

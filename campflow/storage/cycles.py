@@ -56,6 +56,11 @@ def load(store: Store, cycle_id: str) -> Cycle:
     return Cycle(r["cycle_id"], r["status"], r["step"], r["base_model_id"], json.loads(r["state"] or "{}"))
 
 
+def latest_id(store: Store) -> str | None:
+    """The id of the most recent cycle, finished or not, if any."""
+    return store.scalar("SELECT cycle_id FROM cycles ORDER BY started_at DESC LIMIT 1")
+
+
 def latest_unfinished(store: Store) -> Cycle | None:
     """The most recent cycle that did not complete (to resume), if any."""
     cycle_id = store.scalar("SELECT cycle_id FROM cycles WHERE status <> 'completed' ORDER BY started_at DESC LIMIT 1")

@@ -1,7 +1,7 @@
 """Imports on record: the store's ``imported_bootcamps`` table, and loading it back into the registry.
 
 :func:`import_bootcamp` is the Python API of ``campflow import``: it checks the name, builds the
-bootcamp (which validates the source), vets it (:mod:`campflow.bootcamps.adapters.vetting`: every level
+bootcamp (which validates the source), vets it (:mod:`campflow.sources.vetting`: every level
 generates in time, the same instance in two processes is the same task, the scorer rewards no nonsense;
 levels that fail are dropped), runs the hack battery on every level (:mod:`campflow.integrity.battery`:
 a verifier that rewards a scripted non-solution is refused, naming the exploit; the probes are recorded in
@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp, register_import
-from campflow.bootcamps.adapters.vetting import LEVEL_SECONDS, vet_import
 from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError
 from campflow.integrity.battery import run_battery
+from campflow.sources import ImportSpec, build_bootcamp, register_import
+from campflow.sources.vetting import LEVEL_SECONDS, vet_import
 from campflow.storage.probes import record_probes
 from campflow.storage.store import Store
 

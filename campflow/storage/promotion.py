@@ -65,6 +65,16 @@ def binomial_se(p: float, n: int) -> float:
     return math.sqrt(p * (1 - p) / n) if n else 0.0
 
 
+def run_metric(store: Store, run_id: str, metric: str) -> float:
+    """A run's ``metric`` (``pass_rate``, else mean reward) over its episodes, infra failures left out;
+    0 for a run with none."""
+    column = "success::INTEGER" if metric == "pass_rate" else "reward"
+    value = store.scalar(
+        f"SELECT avg({column}) FROM episodes WHERE run_id = ? AND termination NOT IN {RETRYABLE_SQL}", [run_id]
+    )
+    return float(value or 0.0)
+
+
 def compare(store: Store, before_run: str, after_run: str) -> list[Comparison]:
     """Pass rates of two runs overall, per bootcamp and per (bootcamp, level), infra failures left out.
 

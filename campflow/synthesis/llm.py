@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from campflow.agents.endpoint import describe_sdk_error
+from campflow.agents.openai_policy import describe_sdk_error
 from campflow.bootcamps import registry
 from campflow.bootcamps.messages import clip, content_text
 from campflow.config import SynthesisLLMConfig

@@ -12,11 +12,11 @@ from prefect.cache_policies import NO_CACHE
 from campflow import progress
 from campflow.agents.factory import build_policy
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec, ensure_registered
 from campflow.bootcamps.base import Instance
 from campflow.config import PolicyConfig, RolloutConfig
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, rollout
 from campflow.rollout.episode import Episode
+from campflow.sources import ImportSpec, ensure_registered
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import sys
 import uuid
 from typing import Any
 
-from campflow.testing.endpoint import ScriptedEndpoint
+from campflow.testing.scripted_server import ScriptedEndpoint
 
 _TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
 _THINK_RE = re.compile(r"^\s*<think>(.*?)</think>", re.DOTALL)

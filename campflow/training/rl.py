@@ -42,13 +42,13 @@ from campflow.agents.vision import is_vision_model, load_processor, save_process
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Instance
 from campflow.bootcamps.splits import assert_not_held_out, train_instances
-from campflow.config import RLConfig
+from campflow.config import RLSettings
 from campflow.hardware import Hardware, resolve_hardware
 from campflow.storage.store import Store
 from campflow.training import checkpoints
-from campflow.training.adapters import adapter_metrics, starting_model
 from campflow.training.distributed import is_main_process, processes
 from campflow.training.environments import environment_factories
+from campflow.training.lora import adapter_metrics, starting_model
 from campflow.training.resuming import drop_checkpoints, last_checkpoint, resumed_step, saving_args
 from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet, threads_callback
 from campflow.training.templates import check_rl_template
@@ -130,7 +130,7 @@ def demonstration_tokens(processing: Any, instance: Instance, *, vision: bool) -
     return length(messages, False) - length(messages[:2], True)
 
 
-def episode_limits(cfg: RLConfig, processing: Any, instances: Sequence[Instance], *, vision: bool) -> EpisodeLimits:
+def episode_limits(cfg: RLSettings, processing: Any, instances: Sequence[Instance], *, vision: bool) -> EpisodeLimits:
     """``cfg``'s rollout limits, each null one derived from ``instances``: tool rounds = the largest turn
     budget of their bootcamps (as evaluation plays them), completion tokens = twice the longest grounded
     demonstration (room for the detours a sampling model takes), rounded up to a multiple of 64."""
@@ -250,7 +250,7 @@ def as_evaluated(tool_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def grpo_arguments(
-    cfg: RLConfig,
+    cfg: RLSettings,
     hardware: Hardware,
     output_dir: Path,
     *,
@@ -306,7 +306,7 @@ def train_rl(
     workspace: Path,
     base: str,
     bootcamps: list[str],
-    cfg: RLConfig,
+    cfg: RLSettings,
     levels: list[int] | dict[str, list[int]] | None = None,
     *,
     hardware: Hardware | None = None,

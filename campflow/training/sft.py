@@ -1,7 +1,7 @@
 """Supervised fine-tuning on filtered trajectories with TRL's SFTTrainer (assistant-only loss).
 
 Device and precision come from :func:`campflow.hardware.resolve_hardware` (the embedded default: the
-CPU in float32), adapters from :mod:`campflow.training.adapters`, trackers from
+CPU in float32), adapters from :mod:`campflow.training.lora`, trackers from
 :mod:`campflow.training.tracking`; an explicit tokenizer and config, and progress reported through
 campflow's reporter instead of tqdm. A vision-language model trains through its processor on rows
 with images (TRL's vision collator renders them with the model's template); its checkpoint keeps the
@@ -23,14 +23,14 @@ from typing import Any
 from campflow import progress
 from campflow.agents.local import MODEL_LOADING
 from campflow.agents.vision import is_vision_model, load_processor, save_processor
-from campflow.config import SFTConfig
+from campflow.config import SFTSettings
 from campflow.errors import CampflowError
 from campflow.hardware import Hardware, resolve_hardware
 from campflow.storage.store import Store
 from campflow.threads import ThreadTuner
 from campflow.training import checkpoints
-from campflow.training.adapters import adapter_metrics, starting_model
 from campflow.training.distributed import is_main_process, processes
+from campflow.training.lora import adapter_metrics, starting_model
 from campflow.training.resuming import drop_checkpoints, last_checkpoint, resumed_step, saving_args
 from campflow.training.templates import check_sft_template
 from campflow.training.tracking import tracking_args, trainer_dir
@@ -141,7 +141,7 @@ def sft_trainer(fused_loss: bool, **kwargs: Any) -> Any:
 
 
 def sft_arguments(
-    cfg: SFTConfig,
+    cfg: SFTSettings,
     hardware: Hardware,
     output_dir: Path,
     max_length: int,
@@ -153,9 +153,9 @@ def sft_arguments(
     """TRL's ``SFTConfig`` as campflow trains with it: ``cfg``'s schedule, ``hardware``'s device and
     precision, assistant-only loss, a resumable checkpoint every ``save_steps`` (None: a tenth of the
     steps; :mod:`campflow.training.resuming`), trackers ``report_to``."""
-    from trl import SFTConfig as TRLSFTConfig
+    from trl import SFTConfig
 
-    return TRLSFTConfig(
+    return SFTConfig(
         output_dir=str(output_dir),
         max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.batch_size,
@@ -175,7 +175,7 @@ def sft_arguments(
         dataloader_num_workers=0,
         **hardware.trainer_args,
         **tracking_args(report_to, run_name or "campflow-sft"),
-        **checkpointing_arg(TRLSFTConfig, cfg.gradient_checkpointing),
+        **checkpointing_arg(SFTConfig, cfg.gradient_checkpointing),
     )
 
 
@@ -184,7 +184,7 @@ def train_sft(
     workspace: Path,
     base: str,
     dataset_id: str,
-    cfg: SFTConfig,
+    cfg: SFTSettings,
     max_length: int | None = None,
     *,
     hardware: Hardware | None = None,

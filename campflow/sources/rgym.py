@@ -14,7 +14,7 @@ Mapping:
     item    ``(params, seed)`` -> ``create_dataset(name, seed=s, size=1, **config)[0]`` with ``s`` drawn
             from the instance's rng: the dataset's documented API, correct for datasets that generate
             eagerly in ``__init__`` as well as lazily. It runs with ``random`` and ``numpy.random``
-            seeded from ``s`` (:mod:`~campflow.bootcamps.adapters.seeding`): ``list_functions``'
+            seeded from ``s`` (:mod:`~campflow.sources.seeding`): ``list_functions``'
             generators and the code ``codeio`` executes draw from the global ``random``, so without it
             one id gave another task on every call. Entries are cached per (config, s). A generator
             that gives up on a seed (countdown's top levels do) gets up to five seeds, still drawn
@@ -35,7 +35,7 @@ each item a dataset name or ``{name, weight, config}`` (weight 1 and the default
 
 Some reasoning-gym scorers give a little format credit (0.01-0.05) to any answer, hence
 ``wrong_answer_bound = 0.05``; option ``wrong_answer_bound`` is the bound the import measured where a
-scorer gives more (see :mod:`~campflow.bootcamps.adapters.vetting`).
+scorer gives more (see :mod:`~campflow.sources.vetting`).
 """
 
 from __future__ import annotations
@@ -52,10 +52,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.adapters.seeding import GENERATION_LOCK, seeded_globals
-from campflow.bootcamps.adapters.single_turn import BOUND_OPTION, AnswerBootcamp, answer_instructions
-from campflow.bootcamps.adapters.source_params import (
+from campflow.bootcamps.base import Bootcamp, Instance, Params
+from campflow.errors import ImportSourceError
+from campflow.sources import ImportSpec
+from campflow.sources.seeding import GENERATION_LOCK, seeded_globals
+from campflow.sources.single_turn import BOUND_OPTION, AnswerBootcamp, answer_instructions
+from campflow.sources.source_params import (
     Knob,
     explain,
     json_form,
@@ -63,8 +65,6 @@ from campflow.bootcamps.adapters.source_params import (
     params_model,
     source_kwargs,
 )
-from campflow.bootcamps.base import Bootcamp, Instance, Params
-from campflow.errors import ImportSourceError
 
 ADAPTER_REVISION = "2"
 OURS = ("seed", "size")  # config fields the adapter sets itself
@@ -238,7 +238,7 @@ def _factory() -> Any:
         import reasoning_gym.factory as factory
     except ImportError:
         raise ImportSourceError(
-            "reasoning-gym is not installed; install the adapters extra: pip install 'campflow[adapters]'"
+            "reasoning-gym is not installed; install the imports extra: pip install 'campflow[imports]'"
         ) from None
     return factory
 

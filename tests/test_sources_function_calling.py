@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.bootcamps.base import Action
 from campflow.errors import ImportSourceError, InvalidParamsError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from campflow.sources import ImportSpec, build_bootcamp
 from tests.policies import WrongAnswerPolicy
 
 WEATHER = {

@@ -13,10 +13,10 @@ import pytest
 
 from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec, default_name, ensure_registered, parse_options
 from campflow.bootcamps.splits import train_instances
 from campflow.errors import ImportSourceError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
+from campflow.sources import ImportSpec, default_name, ensure_registered, parse_options
 from campflow.storage.imports import forget, import_bootcamp, recorded, register_recorded
 from tests.conftest import run_cli
 
@@ -139,7 +139,7 @@ def test_a_fresh_worker_process_rebuilds_the_same_instances_from_the_specs(sourc
     code = (
         "import json, sys\n"
         "from campflow.bootcamps import registry\n"
-        "from campflow.bootcamps.adapters import ImportSpec, ensure_registered\n"
+        "from campflow.sources import ImportSpec, ensure_registered\n"
         "specs = [ImportSpec.model_validate(s) for s in json.loads(sys.argv[1])]\n"
         "ensure_registered(specs)\n"
         "print(json.dumps({s.name: [registry.make(s.name).generate(lv, sd).id for lv in (1, 3) for sd in (0, 7)]"

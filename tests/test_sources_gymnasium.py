@@ -8,12 +8,12 @@ import random
 import pytest
 
 from campflow.agents.oracle import NoisyOraclePolicy, OraclePolicy
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
-from campflow.bootcamps.adapters.gym_envs import GymBootcamp
 from campflow.bootcamps.base import Action
 from campflow.errors import ImportSourceError, InvalidParamsError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from campflow.sources import ImportSpec, build_bootcamp
+from campflow.sources.gym_envs import GymBootcamp
 from tests.policies import WrongAnswerPolicy
 
 pytest.importorskip("gymnasium")

@@ -48,15 +48,6 @@ from typing import Any
 
 from pydantic import Field, ValidationError, create_model
 
-from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.adapters.gym_families import Family, family_of, generic_view
-from campflow.bootcamps.adapters.gym_planning import (
-    expected_return,
-    steps_to_finish,
-    tabular_model,
-    value_iteration,
-)
-from campflow.bootcamps.adapters.source_params import Knob, explain, knob, params_model, source_kwargs
 from campflow.bootcamps.base import (
     Action,
     Bootcamp,
@@ -70,6 +61,15 @@ from campflow.bootcamps.base import (
     tool,
 )
 from campflow.errors import ImportSourceError, ToolError
+from campflow.sources import ImportSpec
+from campflow.sources.gym_families import Family, family_of, generic_view
+from campflow.sources.gym_planning import (
+    expected_return,
+    steps_to_finish,
+    tabular_model,
+    value_iteration,
+)
+from campflow.sources.source_params import Knob, explain, knob, params_model, source_kwargs
 
 ADAPTER_REVISION = "1"
 STOCHASTIC_BUDGET = 100
@@ -175,7 +175,7 @@ def build(spec: ImportSpec) -> Bootcamp:
         f"observation and the reward. The episode ends when the environment says so; `stop` ends it "
         f"early and scores 0. {family.legend if family else ''}\n\n"
         f"Imported from gymnasium {importlib.metadata.version('gymnasium')}; reward is the episode "
-        f"return scaled to [0, 1] (see campflow.bootcamps.adapters.gym_envs)."
+        f"return scaled to [0, 1] (see campflow.sources.gym_envs)."
     )
     args_model = create_model(
         "StepArgs", __base__=ToolArgs, action=(int, Field(ge=0, le=n - 1, description=f"the action number: {meanings}"))
@@ -370,7 +370,7 @@ def _gymnasium() -> Any:
         import gymnasium
     except ImportError:
         raise ImportSourceError(
-            "gymnasium is not installed; install the adapters extra: pip install 'campflow[adapters]'"
+            "gymnasium is not installed; install the imports extra: pip install 'campflow[imports]'"
         ) from None
     return gymnasium
 

@@ -23,12 +23,12 @@ import pytest
 
 from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
-from campflow.bootcamps.adapters.class_sources import read_levels_file
 from campflow.bootcamps.base import Action
 from campflow.errors import ImportSourceError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from campflow.sources import ImportSpec, build_bootcamp
+from campflow.sources.class_sources import read_levels_file
 from campflow.storage.imports import import_bootcamp
 
 BASE = '''
@@ -197,7 +197,7 @@ def ib(source: str, **options):
 
 def identities_in_a_fresh_process(source: str, root: Path, hash_seed: str) -> list:
     code = (
-        "import json, sys\nfrom campflow.bootcamps.adapters import ImportSpec, build_bootcamp\n"
+        "import json, sys\nfrom campflow.sources import ImportSpec, build_bootcamp\n"
         "b = build_bootcamp(ImportSpec(name='ib-test', adapter='internbootcamp', source=sys.argv[1]))\n"
         "print(json.dumps([b.generate(lv, s).data['identity'] for lv in (1, 3) for s in range(4)]))\n"
     )

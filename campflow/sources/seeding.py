@@ -9,7 +9,7 @@ the caller's states back afterwards. :func:`reseed_object` reseeds the generator
 its attributes.
 
 What no seeding can fix from outside is a dependence on the hash seed (iteration order of a ``set``
-of strings); the import's cross-process check (:mod:`~campflow.bootcamps.adapters.vetting`) finds it.
+of strings); the import's cross-process check (:mod:`~campflow.sources.vetting`) finds it.
 """
 
 from __future__ import annotations

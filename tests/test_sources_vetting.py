@@ -11,10 +11,10 @@ import pytest
 
 from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.errors import ImportSourceError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from campflow.sources import ImportSpec, build_bootcamp
 from campflow.storage.imports import import_bootcamp, recorded
 from tests.conftest import run_cli
 from tests.policies import WrongAnswerPolicy

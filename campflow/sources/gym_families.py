@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from campflow.bootcamps.adapters.gym_planning import basic_strategy
+from campflow.sources.gym_planning import basic_strategy
 
 _HIGHLIGHT = re.compile(r"\x1b\[4\dm(.)\x1b\[0m")  # a background-coloured cell: the agent
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

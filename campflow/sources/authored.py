@@ -30,7 +30,7 @@ from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError
 
 if TYPE_CHECKING:
-    from campflow.bootcamps.adapters import ImportSpec
+    from campflow.sources import ImportSpec
 
 REVISION = "1"  # bump when how a module becomes a bootcamp changes
 HASH_OPTION = "sha256"

@@ -1,6 +1,6 @@
 """Function-calling data: each row (messages, tools, expected calls) becomes an instance.
 
-Mapping (the row format is in :mod:`~campflow.bootcamps.adapters.function_calling_rows`):
+Mapping (the row format is in :mod:`~campflow.sources.function_calling_rows`):
     params  ``first_row``/``last_row`` select a range of rows (numbered from 0 in file order) and
             ``min_calls``/``max_calls`` a difficulty (how many calls a row expects); the seed picks
             one matching row. Levels split the distinct call counts into three tiers (one call, two,
@@ -33,8 +33,6 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.adapters.function_calling_rows import Row, args_model, load_rows
 from campflow.bootcamps.base import (
     Action,
     Bootcamp,
@@ -49,6 +47,8 @@ from campflow.bootcamps.base import (
     tool,
 )
 from campflow.errors import ImportSourceError
+from campflow.sources import ImportSpec
+from campflow.sources.function_calling_rows import Row, args_model, load_rows
 
 ADAPTER_REVISION = "1"
 FINISH = "finish"
@@ -91,7 +91,7 @@ def build(spec: ImportSpec) -> Bootcamp:
         f"Read the conversation and call the tools it needs, with exactly the right arguments, then "
         f"call `{FINISH}` once. Each call is recorded; calls the request does not need cost reward.\n\n"
         f"Imported from {spec.source} ({len(rows)} rows); reward is call matching on names and "
-        f"arguments (see campflow.bootcamps.adapters.function_calling)."
+        f"arguments (see campflow.sources.function_calling)."
     )
     cls = type(
         "FunctionCalling",

@@ -1,7 +1,7 @@
 """What ``campflow import`` proves about a source before it records it, and what it does with what it finds.
 
 Every level of the built bootcamp is probed on :data:`PROBE_SEEDS` instances
-(:mod:`~campflow.bootcamps.adapters.probes`). Then:
+(:mod:`~campflow.sources.probes`). Then:
 
 ======================================  ===================================================================
 finding                                 what the import does
@@ -19,7 +19,7 @@ a nonsense answer gets full marks       refused: a scorer that rewards anything 
 ``wrong_answer`` earns more than the    the bound is raised to what was measured, recorded in the spec
 declared bound                          (option ``wrong_answer_bound``), with a note
 the reference answer fails the          a note; the oracle skips those instances at run time (see
-source's own scorer (jugs' "No          :mod:`~campflow.bootcamps.adapters.single_turn`), the model is still
+source's own scorer (jugs' "No          :mod:`~campflow.sources.single_turn`), the model is still
 solution")                              scored on them
 ======================================  ===================================================================
 
@@ -39,11 +39,11 @@ import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.adapters.probes import LevelProbe, generated, probe_in_processes, probe_level
-from campflow.bootcamps.adapters.single_turn import AnswerBootcamp
 from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError
+from campflow.sources import ImportSpec
+from campflow.sources.probes import LevelProbe, generated, probe_in_processes, probe_level
+from campflow.sources.single_turn import AnswerBootcamp
 
 PROBE_SEEDS = (0, 1, 2, 3)
 LEVEL_SECONDS = 30.0

@@ -8,12 +8,12 @@ import random
 import pytest
 
 from campflow.agents.oracle import OraclePolicy
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
-from campflow.bootcamps.adapters.rgym import ReasoningGymBootcamp
 from campflow.bootcamps.base import Params
 from campflow.errors import ImportSourceError, InvalidParamsError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from campflow.sources import ImportSpec, build_bootcamp
+from campflow.sources.rgym import ReasoningGymBootcamp
 from tests.policies import WrongAnswerPolicy
 
 pytest.importorskip("reasoning_gym")

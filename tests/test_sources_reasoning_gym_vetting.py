@@ -13,10 +13,10 @@ import pytest
 
 from campflow.agents.oracle import OraclePolicy
 from campflow.bootcamps import registry
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.errors import ImportSourceError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from campflow.sources import ImportSpec, build_bootcamp
 from campflow.storage.imports import import_bootcamp, recorded
 from tests.conftest import run_cli
 from tests.policies import WrongAnswerPolicy
@@ -49,7 +49,7 @@ def imported(store, source: str, options: dict | None = None, **kwargs):
 
 def questions_in_a_fresh_process(source: str, hash_seed: str) -> list[str]:
     code = (
-        "import json, sys\nfrom campflow.bootcamps.adapters import ImportSpec, build_bootcamp\n"
+        "import json, sys\nfrom campflow.sources import ImportSpec, build_bootcamp\n"
         "b = build_bootcamp(ImportSpec(name='rg-' + sys.argv[1], adapter='reasoning-gym', source=sys.argv[1]))\n"
         "print(json.dumps([b.generate(lv, s).data['question'] for lv in sorted(b.levels) for s in range(10)]))\n"
     )

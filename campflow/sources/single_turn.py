@@ -17,7 +17,7 @@ model is still scored by the scorer on that instance.
 
 Import options every single-turn adapter reads (:data:`BOUND_OPTION`): ``wrong_answer_bound`` sets
 the bound the import measured where a source's partial credit goes above the adapter's default
-(see :mod:`~campflow.bootcamps.adapters.vetting`).
+(see :mod:`~campflow.sources.vetting`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from campflow.bootcamps.base import (
 from campflow.errors import ImportSourceError
 
 if TYPE_CHECKING:
-    from campflow.bootcamps.adapters import ImportSpec
+    from campflow.sources import ImportSpec
 
 FULL = 1.0 - 1e-9
 BOUND_OPTION = "wrong_answer_bound"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from campflow.agents.local import adapter_base, load_causal_lm
-from campflow.config import LoRAConfig
+from campflow.config import LoRASettings
 from campflow.errors import CampflowError
 from campflow.hardware import Hardware
 from campflow.training import checkpoints
@@ -50,7 +50,7 @@ class StartingModel:
         return self.base_path is not None
 
 
-def peft_config(cfg: LoRAConfig) -> Any:
+def peft_config(cfg: LoRASettings) -> Any:
     """PEFT's ``LoraConfig`` for a causal LM from campflow's LoRA settings."""
     from peft import LoraConfig
 
@@ -63,7 +63,7 @@ def peft_config(cfg: LoRAConfig) -> Any:
     )
 
 
-def starting_model(parent: checkpoints.Checkpoint, lora: LoRAConfig | None, hardware: Hardware) -> StartingModel:
+def starting_model(parent: checkpoints.Checkpoint, lora: LoRASettings | None, hardware: Hardware) -> StartingModel:
     """Load ``parent`` for a training step with ``lora`` (None: full fine-tuning) on ``hardware``."""
     path = Path(parent.path).resolve()  # adapters name their base by path: keep it valid from any cwd
     parent_base = adapter_base(path)
@@ -79,7 +79,7 @@ def starting_model(parent: checkpoints.Checkpoint, lora: LoRAConfig | None, hard
     return StartingModel(load_causal_lm(path, frozen), peft_config(lora), str(path), parent.model_id)
 
 
-def adapter_metrics(start: StartingModel, model: Any, lora: LoRAConfig | None) -> dict[str, Any]:
+def adapter_metrics(start: StartingModel, model: Any, lora: LoRASettings | None) -> dict[str, Any]:
     """The ``adapter`` entry of a checkpoint's metrics (empty for a whole model)."""
     if not start.is_adapter:
         return {}

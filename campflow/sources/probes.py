@@ -1,8 +1,8 @@
 """Probing one level of a freshly built import: generate a few instances, and for single-turn sources grade answers.
 
 :func:`probe_level` runs in whatever process calls it; :func:`probe_in_processes` runs it in child
-processes (``python -m campflow.bootcamps.adapters.probes``), each level under a time limit, and is
-what :mod:`~campflow.bootcamps.adapters.vetting` uses by default. A child reads its plan as JSON on
+processes (``python -m campflow.sources.probes``), each level under a time limit, and is
+what :mod:`~campflow.sources.vetting` uses by default. A child reads its plan as JSON on
 stdin and writes one JSON line per event on its own copy of stdout; whatever the source prints goes
 to stderr, so a chatty generator cannot garble the protocol.
 """
@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
-from campflow.bootcamps.adapters.single_turn import FULL, NONSENSE_ANSWERS, AnswerBootcamp
 from campflow.bootcamps.base import Bootcamp, Instance
 from campflow.errors import CampflowError, ImportSourceError
 from campflow.serialization import canonical_json
+from campflow.sources import ImportSpec, build_bootcamp
+from campflow.sources.single_turn import FULL, NONSENSE_ANSWERS, AnswerBootcamp
 
 STARTUP_SECONDS = 180.0  # a child importing the source (InternBootcamp's package takes ~6 s)
-_MODULE = "campflow.bootcamps.adapters.probes"
+_MODULE = "campflow.sources.probes"
 
 
 @dataclass
@@ -71,7 +71,7 @@ def probe_level(bootcamp: Bootcamp, level: int, seeds: Sequence[int], *, score: 
     """Generate ``seeds`` at ``level`` and, where ``score`` and the bootcamp is single-turn, grade answers.
 
     Graded per instance: the reference (it must get full marks from the source's own scorer), the
-    answers in :data:`~campflow.bootcamps.adapters.single_turn.NONSENSE_ANSWERS` (none may) and the
+    answers in :data:`~campflow.sources.single_turn.NONSENSE_ANSWERS` (none may) and the
     bootcamp's own ``wrong_answer`` (its score is the measured bound).
     """
     result = LevelProbe(level)

@@ -7,7 +7,7 @@ them may be instance, class or static methods. Here:
 
     source  ``package.module:Class``, ``package.module.Class`` or ``path/to/file.py:Class``; how the
             class is found (and InternBootcamp's ``from bootcamp import ...``) is in
-            :mod:`~campflow.bootcamps.adapters.class_sources`.
+            :mod:`~campflow.sources.class_sources`.
     params  the constructor's keyword arguments with JSON defaults (options set them at import). A
             parameter whose default is None and has no annotation takes its type from the values
             the options or levels give it.
@@ -20,7 +20,7 @@ them may be instance, class or static methods. Here:
             ``random_seed``, ...: not a knob then), since classes such as ``Game24bootcamp`` build their
             own ``numpy.random.default_rng(seed)`` from it; ``case_generator`` and ``prompt_func`` run
             on a freshly constructed object with ``random`` and ``numpy.random`` seeded from the same
-            seed (:mod:`~campflow.bootcamps.adapters.seeding`), and generators the object keeps in its
+            seed (:mod:`~campflow.sources.seeding`), and generators the object keeps in its
             attributes are reseeded. The identity must be JSON. The import checks that this is enough:
             the same instances generated in two processes must match (see vetting).
     reward  ``verify_score(answer, identity)``, clipped to [0, 1]; success is a full score. Where
@@ -50,13 +50,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from campflow.bootcamps.adapters import ImportSpec
-from campflow.bootcamps.adapters.class_sources import class_summary, load_class
-from campflow.bootcamps.adapters.seeding import reseed_object, seeded_globals
-from campflow.bootcamps.adapters.single_turn import BOUND_OPTION, AnswerBootcamp, answer_instructions
-from campflow.bootcamps.adapters.source_params import Knob, explain, json_form, knob, params_model, source_kwargs
 from campflow.bootcamps.base import Bootcamp, Instance, Params, Score, State
 from campflow.errors import ImportSourceError
+from campflow.sources import ImportSpec
+from campflow.sources.class_sources import class_summary, load_class
+from campflow.sources.seeding import reseed_object, seeded_globals
+from campflow.sources.single_turn import BOUND_OPTION, AnswerBootcamp, answer_instructions
+from campflow.sources.source_params import Knob, explain, json_form, knob, params_model, source_kwargs
 
 ADAPTER_REVISION = "2"
 REQUIRED = ("case_generator", "prompt_func", "verify_score")

@@ -10,7 +10,7 @@ Scripts decide the assistant message for a request:
   fresh state and answers with the oracle's next action (so it solves every task);
 - :class:`ReplyScript` returns canned messages in order (for synthesizer and malformed-output tests).
 
-Run it as a process (for benchmarks): ``python -m campflow.testing.endpoint --bootcamps calculator,maze
+Run it as a process (for benchmarks): ``python -m campflow.testing.scripted_server --bootcamps calculator,maze
 --n 500 --latency 0.05``, or with canned replies read from files (``--replies a.md b.md``, for
 demonstrating ``campflow author``); it prints its base URL on the first line of stdout.
 """

@@ -1,19 +1,20 @@
-"""Adapters: tasks other people wrote, imported as bootcamps the whole loop uses unchanged.
+"""Task sources: tasks other people wrote, imported as bootcamps the whole loop uses unchanged.
 
-An import is described by an :class:`ImportSpec` -- a name, an adapter, a source and options -- and an
-adapter turns the spec into an ordinary :class:`~campflow.bootcamps.base.Bootcamp` (params model,
-levels, tools, score, oracle), so evaluation, mining, synthesis, SFT and RL need no special case:
+An import is described by an :class:`ImportSpec` -- a name, an adapter (the kind of source), a source
+and options -- and the adapter turns the spec into an ordinary :class:`~campflow.bootcamps.base.Bootcamp`
+(params model, levels, tools, score, oracle), so evaluation, mining, synthesis, SFT and RL need no
+special case:
 
 ======================  ======================================  ==============================================
 adapter                 source                                  module
 ======================  ======================================  ==============================================
-``reasoning-gym``       a procedural dataset name               :mod:`~campflow.bootcamps.adapters.rgym`
-``gymnasium``           an environment id with discrete actions :mod:`~campflow.bootcamps.adapters.gym_envs`
-``function-calling``    a JSONL file or a saved HF dataset      :mod:`~campflow.bootcamps.adapters.function_calling`
-``internbootcamp``      a class by dotted path (or file.py:Cls) :mod:`~campflow.bootcamps.adapters.class_bootcamps`
-``authored``            a module an LLM wrote (campflow author) :mod:`~campflow.bootcamps.adapters.authored`
+``reasoning-gym``       a procedural dataset name               :mod:`~campflow.sources.rgym`
+``gymnasium``           an environment id with discrete actions :mod:`~campflow.sources.gym_envs`
+``function-calling``    a JSONL file or a saved HF dataset      :mod:`~campflow.sources.function_calling`
+``internbootcamp``      a class by dotted path (or file.py:Cls) :mod:`~campflow.sources.class_bootcamps`
+``authored``            a module an LLM wrote (campflow author) :mod:`~campflow.sources.authored`
 ``mcp``                 an MCP server and a task file           :mod:`campflow.mcp.tasks`
-``bootcamp``            your own file.py[:Class] (import        :mod:`~campflow.bootcamps.adapters.authored`
+``bootcamp``            your own file.py[:Class] (import        :mod:`~campflow.sources.authored`
                         bootcamp)
 ======================  ======================================  ==============================================
 
@@ -23,7 +24,7 @@ registry entry stays picklable. The adapter's third-party package (reasoning-gym
 imported only then, never by ``campflow --help``.
 
 Vetting: ``campflow import`` (:func:`campflow.storage.imports.import_bootcamp`) runs
-:mod:`~campflow.bootcamps.adapters.vetting` on every import before recording it: each level must
+:mod:`~campflow.sources.vetting` on every import before recording it: each level must
 generate in time, the same instance must be the same task in two processes with different hash seeds,
 a scorer must not give full marks to nonsense; failing levels are dropped and what was measured (the
 levels kept, a raised wrong-answer bound) goes into the recorded spec's options.
@@ -57,13 +58,13 @@ AdapterName = Literal["reasoning-gym", "gymnasium", "function-calling", "internb
 
 #: adapter name -> "module:function" building a Bootcamp from an ImportSpec
 ADAPTERS: dict[str, str] = {
-    "reasoning-gym": "campflow.bootcamps.adapters.rgym:build",
-    "gymnasium": "campflow.bootcamps.adapters.gym_envs:build",
-    "function-calling": "campflow.bootcamps.adapters.function_calling:build",
-    "internbootcamp": "campflow.bootcamps.adapters.class_bootcamps:build",
-    "authored": "campflow.bootcamps.adapters.authored:build",
+    "reasoning-gym": "campflow.sources.rgym:build",
+    "gymnasium": "campflow.sources.gym_envs:build",
+    "function-calling": "campflow.sources.function_calling:build",
+    "internbootcamp": "campflow.sources.class_bootcamps:build",
+    "authored": "campflow.sources.authored:build",
     "mcp": "campflow.mcp.tasks:build",
-    "bootcamp": "campflow.bootcamps.adapters.authored:build_own",
+    "bootcamp": "campflow.sources.authored:build_own",
 }
 
 #: name prefix of each adapter's default bootcamp names (``rg-basic_arithmetic``, ``gym-Taxi-v4``)
@@ -78,7 +79,7 @@ NAME_PREFIX: dict[str, str] = {
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
-_BUILD_TARGET = "campflow.bootcamps.adapters:build_bootcamp"
+_BUILD_TARGET = "campflow.sources:build_bootcamp"
 
 
 class ImportSpec(BaseModel):

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from campflow.agents.oracle import OraclePolicy
-from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.bootcamps.base import Action
 from campflow.errors import ImportSourceError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
+from campflow.sources import ImportSpec, build_bootcamp
 from tests.policies import WrongAnswerPolicy
 
 # Shaped like InternBootcamp's Basebootcamp subclasses: knobs in __init__, an instance-method
