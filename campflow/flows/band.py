@@ -13,9 +13,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from campflow import progress
 from campflow.agents.vision import observation_mode
-from campflow.bootcamps.served import ServedTools
 from campflow.config import CampflowConfig
 from campflow.flows.collect import collect_flow
 from campflow.storage.schema import RETRYABLE_SQL
@@ -48,12 +46,6 @@ def find_band(cfg: CampflowConfig, runner: object, sft_path: Path, run_id: str, 
     rl = cfg.training.rl
     observation = observation_mode(cfg.rollout.observation, "local", str(sft_path))
     candidates = rl_instances(ws.store, cfg.training.bootcamps, rl.instances_per_bootcamp, rl.seed, levels, observation)
-    served = sorted({i.bootcamp for i in candidates if isinstance(ws.bootcamp(i.bootcamp), ServedTools)})
-    if served:  # TRL's environments step episodes by hand, without the event loop a tool server's calls need
-        progress.current().note(
-            f"no RL on {', '.join(served)}: bootcamps served by a tool server (MCP) are not GRPO environments yet"
-        )
-        candidates = [i for i in candidates if i.bootcamp not in served]
     ws.store.write_instances(candidates, split="train")
     collect_flow.with_options(task_runner=runner)(
         sampling_policy(cfg, sft_path),
