@@ -67,6 +67,12 @@ class ServedTools(Generic[P, S]):
             ToolServerError: the final state could not be read (the episode is recorded ``infra_error``).
         """
 
+    def scores_answer(self, instance: Instance[P]) -> bool:
+        """Whether :meth:`score` reads the answer the final tool submits (default: True). False tells the hack
+        battery that an answer cannot score differently from none, so it plays no answer exploits (each
+        costs a server start)."""
+        return True
+
     def new_state(self, instance: Instance[P]) -> S:
         raise TypeError(f"{self.name}: a served bootcamp's state comes from episode(), which starts its server")
 

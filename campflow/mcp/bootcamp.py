@@ -82,11 +82,12 @@ class McpState(State):
     session: ServerSession | None = None
     calls: list[dict[str, Any]] = field(default_factory=list)
     final: list[ToolResult] = field(default_factory=list)
+    folder: Path | None = None  # the episode's folder, still named once the server has stopped (it is removed)
 
     @property
     def workdir(self) -> Path | None:
-        """The episode's folder."""
-        return self.session.workdir if self.session is not None else None
+        """The episode's folder (its path, also after the episode, when the folder itself is gone)."""
+        return self.session.workdir if self.session is not None else self.folder
 
 
 class McpBootcamp(ServedTools[P, McpState], Bootcamp[P, McpState]):
@@ -132,7 +133,7 @@ class McpBootcamp(ServedTools[P, McpState], Bootcamp[P, McpState]):
                 )
             self._declared = session.tools
             token = _WORKDIR.set(session.workdir)
-            state = McpState(session=session)
+            state = McpState(session=session, folder=session.workdir)
             try:
                 yield state
             finally:
