@@ -212,3 +212,18 @@ def test_a_served_environment_scores_the_final_state_and_a_new_episode_gets_a_fr
     assert env.balances() == "{}"  # the last episode's account is not in this one's server
     assert env.get_reward() == 0.5  # nothing done: only the fixture's check passes
     assert _servers_gone(pids) == []
+
+
+def test_a_url_server_whose_episodes_share_one_state_is_refused_for_grpo_in_one_line() -> None:
+    from campflow.errors import ConfigError
+    from campflow.training.environments import environment_class
+
+    url = "http://127.0.0.1:9/mcp"  # never reached: the refusal comes first
+    options = {
+        "server": {"url": url, "reset": {"tool": "reset"}},
+        "tasks": [NOTE_TASK],
+        "tools": [{"name": "balances", "description": "", "input_schema": {"type": "object", "properties": {}}}],
+    }
+    register_import(ImportSpec(name="mcp-rl-url", adapter="mcp", source=url, options=options), replace=True)
+    with pytest.raises(ConfigError, match=f"every episode of the server {url} shares its one state"):
+        environment_class("mcp-rl-url")

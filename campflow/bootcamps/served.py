@@ -67,6 +67,11 @@ class ServedTools(Generic[P, S]):
             ToolServerError: the final state could not be read (the episode is recorded ``infra_error``).
         """
 
+    def shared_server(self, instance: Instance[P]) -> str | None:
+        """The server every episode of ``instance`` shares, reset between them (so episodes must not overlap),
+        or None where each episode gets a server of its own (default)."""
+        return None
+
     def scores_answer(self, instance: Instance[P]) -> bool:
         """Whether :meth:`score` reads the answer the final tool submits (default: True). False tells the hack
         battery that an answer cannot score differently from none, so it plays no answer exploits (each

@@ -109,6 +109,10 @@ class McpBootcamp(ServedTools[P, McpState], Bootcamp[P, McpState]):
         """The server of an episode of ``instance`` (default: :attr:`server`)."""
         return self.server
 
+    def shared_server(self, instance: Instance[P]) -> str | None:
+        """A URL server's address (one shared state, reset per episode); None for a stdio server."""
+        return self.server_spec(instance).url
+
     def fixtures(self, instance: Instance[P]) -> Mapping[str, str]:
         """Files written into the episode's folder before the server starts: relative path -> text."""
         return {}

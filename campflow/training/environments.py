@@ -28,6 +28,7 @@ its own thread (:class:`~campflow.bootcamps.served.HeldEpisode`); a server still
 ``reset`` comes, or when the process ends (however it ends), is stopped. A server that fails mid-episode
 (crash, hang past its ``call_timeout``) ends the rollout: the model reads ``Error: the tool server
 failed ...``, later calls ``Error: the episode has already ended.``, and the rollout scores 0 (a line says so).
+A URL server (one shared state, reset per episode) is refused: TRL plays a batch's rollouts side by side.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp, Instance, Observation, Tool, ToolArgs, format_validation_error
 from campflow.bootcamps.messages import content_text
 from campflow.bootcamps.served import HeldEpisode, ServedTools
-from campflow.errors import ToolError, ToolServerError
+from campflow.errors import ConfigError, ToolError, ToolServerError
 from campflow.rollout.engine import image_note
 
 # TRL's interface and the environments' own attributes: a tool of one of these names would hide them
@@ -232,6 +233,12 @@ def environment_class(name: str, *, images: bool = False) -> type[BootcampEnviro
     bootcamp = registry.make(name)
     instance = bootcamp.generate(None, 0)
     base = ServedEnvironment if isinstance(bootcamp, ServedTools) else BootcampEnvironment
+    shared = bootcamp.shared_server(instance) if isinstance(bootcamp, ServedTools) else None
+    if shared is not None:  # TRL resets a batch's environments, then plays their rollouts side by side
+        raise ConfigError(
+            f"{name}: GRPO plays several rollouts at once, and every episode of the server {shared} shares its one "
+            "state; serve it from a command (a fresh process per episode) to train on it with RL"
+        )
     members: dict[str, Any] = {
         "bootcamp": bootcamp,
         "images": images,
