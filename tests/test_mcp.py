@@ -322,6 +322,37 @@ def test_the_hack_battery_plays_every_kept_task_each_exploit_on_a_fresh_server_a
     assert "infra_error" not in {r["termination"] for r in rows}  # every episode had its server
 
 
+def test_a_reference_call_is_perturbed_by_its_last_number_unless_the_server_declares_its_tool_read_only() -> None:
+    query = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+    tools = [
+        {"name": "read_query", "description": "", "input_schema": query, "read_only": True},
+        {"name": "write_query", "description": "", "input_schema": query},
+    ]
+    task = {
+        "id": "t",
+        "prompt": "Insert 3 and 4 into t.",
+        "reference": [{"tool": "write_query", "arguments": {"query": "INSERT INTO t VALUES (3), (4)"}}],
+        "checks": [
+            {"call": {"tool": "read_query", "arguments": {"query": "SELECT x FROM t WHERE x > 3"}}, "equals": 1}
+        ],
+    }
+    options = {"server": {"command": ["unused"]}, "tasks": [task], "tools": tools}
+    bootcamp = build(ImportSpec(name="mcp-perturb", adapter="mcp", source="unused", options=options))
+    instance = bootcamp.generate(1, 0)
+    perturb = lambda name, args: bootcamp.perturb(instance, None, Action(name, args), None).arguments  # noqa: E731
+    assert perturb("write_query", {"query": "INSERT INTO t VALUES (3), (4)"}) == {
+        "query": "INSERT INTO t VALUES (3), (5)"
+    }
+    assert perturb("read_query", {"query": "SELECT x FROM t WHERE x > 3"}) == {"query": "SELECT x FROM t WHERE x > 3"}
+    assert perturb("write_query", {"query": "DELETE FROM t"}) == {"query": "DELETE FROM t"}  # no number to move
+    assert perturb("open_account", {"name": "a", "balance": 5, "note": "x2"}) == {
+        "name": "a",
+        "balance": 5,
+        "note": "x3",
+    }
+    assert perturb("open_account", {"balance": 5, "name": "a"}) == {"balance": 6, "name": "a"}
+
+
 WEAK_LEDGER_TASK = {  # a tolerance so loose that a wrong deposit passes too
     "id": "loose-deposit",
     "level": 1,

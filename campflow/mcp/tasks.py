@@ -279,7 +279,10 @@ class McpTaskBootcamp(McpBootcamp[McpTaskParams]):
 
     def perturb(self, instance: Instance[McpTaskParams], state: McpState, action: Action, rng: random.Random) -> Action:
         """The reference call with its last number one higher (an amount, a value or a row off by one: a
-        numeric argument, else the last number written in a text argument); a call without one is unchanged."""
+        numeric argument, else the last number written in a text argument); a call without one, or to a tool
+        the server declares read-only (``readOnlyHint``: looking elsewhere changes no state), is unchanged."""
+        if any(t["name"] == action.name and t.get("read_only") for t in self._declared or ()):
+            return action
         return Action(action.name, _bumped(dict(action.arguments)))
 
     def wrong_answer(self, instance: Instance[McpTaskParams], state: McpState, rng: random.Random) -> Action | None:
