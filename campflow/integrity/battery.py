@@ -33,6 +33,13 @@ with it: where the final call carries an answer, an answer equal to the oracle's
 number); where it carries none (``checkout``, ``done``), a state from which the oracle itself would end the
 episode. The oracle's recovery is the judge of "done": a verifier that checks "enough" where the oracle
 sees work left is caught. A scorer that raises on a non-solution is refused too (``scorer_error``).
+
+A served bootcamp (an MCP server as its tools) plays every episode on a fresh server
+(:mod:`campflow.integrity.served`). Its world is the server's, which no answer shows, so there a
+matching answer is not enough: the oracle must also see nothing left to do in the final world (an MCP
+task's oracle: every reference call made, :meth:`campflow.mcp.tasks.McpTaskBootcamp.oracle`). Its
+boundary texts stay names inside the episode's folder, and where its scorer reads no answer
+(:meth:`~campflow.bootcamps.served.ServedTools.scores_answer`) the answer exploits are left out.
 """
 
 from __future__ import annotations
@@ -207,6 +214,8 @@ def _replayed(bootcamp: Bootcamp, instance: Instance, actions: Sequence[Action])
 
 @dataclass
 class Exploit:
+    """One scripted non-solution: its name (the module docstring's table) and the calls of each turn."""
+
     name: str
     turns: list[list[tuple[str, str]]]  # per turn: (tool, arguments as JSON text)
     path: bool = False  # the oracle's plan, mutated: judged by the oracle's view of the state before its end

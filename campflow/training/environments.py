@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -200,7 +201,8 @@ class ServedEnvironment(BootcampEnvironment):
             self.held = None
 
     def __del__(self) -> None:
-        self._close()
+        if not sys.is_finalizing():  # at exit the episode's thread may never run again; the guard stops the server
+            self._close()
 
 
 def _tool_method(tool: Tool) -> Callable[..., Any]:
