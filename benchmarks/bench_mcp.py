@@ -8,7 +8,9 @@ side is ``mcp.Client`` over ``StdioServerParameters``, nothing else. Goal: ratio
 dominates an episode, so the engine's share should be small).
 
 The start-up cost of one episode (start the server, initialize, list its tools, stop it) is measured
-alone, one after another, with and without the guard.
+alone, one after another, with and without the guard. Last, the hack battery plays every task once
+(``campflow/integrity/served.py``: each exploit an episode on a fresh server, four at a time), as
+``campflow import mcp`` does: its episodes per task and seconds per task, against one engine episode.
 
 Run: python benchmarks/bench_mcp.py [--episodes 8] [--concurrency 4] [--starts 4]
 """
@@ -113,6 +115,17 @@ async def startup(guarded: bool, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def battery(b) -> tuple[int, int, float, bool]:
+    """The hack battery on every task: (tasks, episodes with the oracle's, seconds, passed)."""
+    from campflow.integrity.battery import run_battery
+    from campflow.mcp.tasks import task_instances
+
+    tasks = task_instances(b)
+    t0 = time.perf_counter()
+    report = run_battery(b, instances=tasks, partial_refuses=False)
+    return len(tasks), len(report.probes) + len(tasks), time.perf_counter() - t0, report.passed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=8)
@@ -132,8 +145,15 @@ def main() -> None:
     bare = asyncio.run(startup(False, args.starts))
     guarded = asyncio.run(startup(True, args.starts))
     print(f"start-up per episode: {guarded:.2f}s through campflow (guard, folder, list_tools), {bare:.2f}s bare SDK")
+    tasks, played, t_battery, passed = battery(b)
+    print(
+        f"hack battery: {tasks} tasks, {played} episodes ({played / tasks:.1f} per task, the oracle's included) "
+        f"in {t_battery:.1f}s ({t_battery / tasks:.1f}s per task at concurrency 4), passed: {passed}"
+    )
     print(f"RATIO engine/direct wall time = {t_engine / t_direct:.2f} (goal <= 1.2)")
     print(f"RATIO start-up campflow/bare = {guarded / bare:.2f}")
+    per_episode = t_engine / args.episodes
+    print(f"RATIO battery per task / engine episode = {t_battery / tasks / per_episode:.1f}")
 
 
 if __name__ == "__main__":

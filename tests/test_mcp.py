@@ -304,6 +304,98 @@ play(b, [b.generate(2, 0)], OraclePolicy(), episode_timeout=600)
     assert _servers_gone(pids) == []
 
 
+def test_the_hack_battery_plays_every_kept_task_each_exploit_on_a_fresh_server_and_records_its_probes(ledger) -> None:
+    _, bootcamp, _, store = ledger
+    rows = store.query(
+        "SELECT instance_id, exploit, verdict, termination FROM verifier_probes WHERE subject = 'mcp-ledger'"
+    )
+    by_task: dict[str, set[str]] = {}
+    for row in rows:
+        by_task.setdefault(row["instance_id"], set()).add(row["exploit"])
+    assert len(by_task) == 2  # both kept tasks, not a seed's pick per level
+    for exploits in by_task.values():
+        assert {"no_submit", "submit_nothing", "tools_boundary", "oracle_repeated_1", "oracle_perturbed_2"} <= exploits
+    deposit = bootcamp.generate(McpTaskParams(level=2, task="deposit"), 0).id
+    assert {"empty", "type_100kb", "echo_number_1"} <= by_task[deposit]  # its check reads the answer
+    assert "empty" not in by_task[bootcamp.generate(McpTaskParams(level=1, task="open-two"), 0).id]  # none reads it
+    assert {r["verdict"] for r in rows} <= {"held", "oracle_agrees"}
+    assert "infra_error" not in {r["termination"] for r in rows}  # every episode had its server
+
+
+def test_a_reference_call_is_perturbed_by_its_last_number_unless_the_server_declares_its_tool_read_only() -> None:
+    query = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+    tools = [
+        {"name": "read_query", "description": "", "input_schema": query, "read_only": True},
+        {"name": "write_query", "description": "", "input_schema": query},
+    ]
+    task = {
+        "id": "t",
+        "prompt": "Insert 3 and 4 into t.",
+        "reference": [{"tool": "write_query", "arguments": {"query": "INSERT INTO t VALUES (3), (4)"}}],
+        "checks": [
+            {"call": {"tool": "read_query", "arguments": {"query": "SELECT x FROM t WHERE x > 3"}}, "equals": 1}
+        ],
+    }
+    options = {"server": {"command": ["unused"]}, "tasks": [task], "tools": tools}
+    bootcamp = build(ImportSpec(name="mcp-perturb", adapter="mcp", source="unused", options=options))
+    instance = bootcamp.generate(1, 0)
+    perturb = lambda name, args: bootcamp.perturb(instance, None, Action(name, args), None).arguments  # noqa: E731
+    assert perturb("write_query", {"query": "INSERT INTO t VALUES (3), (4)"}) == {
+        "query": "INSERT INTO t VALUES (3), (5)"
+    }
+    assert perturb("read_query", {"query": "SELECT x FROM t WHERE x > 3"}) == {"query": "SELECT x FROM t WHERE x > 3"}
+    assert perturb("write_query", {"query": "DELETE FROM t"}) == {"query": "DELETE FROM t"}  # no number to move
+    assert perturb("open_account", {"name": "a", "balance": 5, "note": "x2"}) == {
+        "name": "a",
+        "balance": 5,
+        "note": "x3",
+    }
+    assert perturb("open_account", {"balance": 5, "name": "a"}) == {"balance": 6, "name": "a"}
+
+
+WEAK_LEDGER_TASK = {  # a tolerance so loose that a wrong deposit passes too
+    "id": "loose-deposit",
+    "level": 1,
+    "prompt": "Open account a with 5, then deposit 3 into it.",
+    "reference": [
+        {"tool": "open_account", "arguments": {"name": "a", "balance": 5}},
+        {"tool": "deposit", "arguments": {"name": "a", "amount": 3}},
+    ],
+    "checks": [{"call": {"tool": "balances"}, "path": ["a"], "approx": 8, "tolerance": 5}],
+}
+WEAK_SQLITE_TASK = {  # passes when the table merely exists
+    "id": "orders-exist",
+    "level": 1,
+    "prompt": "Create a table orders (id INTEGER) and insert the orders 1 and 2.",
+    "reference": [
+        {"tool": "create_table", "arguments": {"query": "CREATE TABLE orders (id INTEGER)"}},
+        {"tool": "write_query", "arguments": {"query": "INSERT INTO orders VALUES (1), (2)"}},
+    ],
+    "checks": [{"call": {"tool": "list_tables"}, "contains": {"name": "orders"}}],
+}
+
+
+@pytest.mark.parametrize("server", ["ledger", "sqlite"])
+def test_import_mcp_refuses_a_planted_weak_check_naming_the_exploit_and_records_nothing(
+    server: str, tmp_path: Path
+) -> None:
+    if server == "sqlite" and not SQLITE.exists():
+        pytest.skip("mcp-server-sqlite's environment is made by `make mcp-servers`")
+    command, task = {
+        "ledger": (f"{sys.executable} {LEDGER} --seed {{seed}}", WEAK_LEDGER_TASK),
+        "sqlite": (f"{SQLITE} --db-path {{workdir}}/db.sqlite", WEAK_SQLITE_TASK),
+    }[server]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(task) + "\n")
+    done = run_cli("import", "mcp", "--server", command, "--tasks", str(tasks), "--name", "weak", cwd=tmp_path)
+    out = done.stdout + done.stderr
+    assert done.returncode == 2 and "Traceback" not in out, out
+    assert "its verifier rewards a non-solution" in out and "oracle_perturbed_" in out, out
+    assert "not imported" in out
+    listed = run_cli("imports", "--json", cwd=tmp_path)
+    assert listed.returncode == 0 and "weak" not in listed.stdout
+
+
 def test_a_task_file_with_bad_rows_is_one_clear_error_naming_the_line() -> None:
     good = json.dumps(LEDGER_TASKS[0])
     bad = json.dumps(
@@ -362,6 +454,11 @@ SQLITE_TASKS = [
         "answer": "5",
         "checks": [
             {"call": {"tool": "list_tables"}, "contains": {"name": "t"}},
+            {
+                "call": {"tool": "read_query", "arguments": {"query": "SELECT SUM(x) AS s FROM t"}},
+                "path": [0, "s"],
+                "equals": 12,
+            },
             {"answer": True, "equals": "5"},
         ],
     },

@@ -19,17 +19,21 @@ opened (the server's declared tools). Failures split as in the engine: a
 
 :meth:`~ServedTools.solve` plays the oracle on a fresh server from synchronous code (oracle
 validation, the contract); the synchronous ``new_state``/``call`` of an in-memory world do not exist
-here and say so.
+here and say so. :class:`HeldEpisode` holds one episode open for synchronous code that steps it a call
+at a time (a trainer's environment): the same three hooks, run inside one task on a loop of its own thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Generic
+from typing import Any, Generic, TypeVar
 
 from campflow.bootcamps.base import Instance, Observation, P, S, Score, ToolArgs
+from campflow.errors import ToolServerError
 
 
 class ServedTools(Generic[P, S]):
@@ -63,6 +67,17 @@ class ServedTools(Generic[P, S]):
             ToolServerError: the final state could not be read (the episode is recorded ``infra_error``).
         """
 
+    def shared_server(self, instance: Instance[P]) -> str | None:
+        """The server every episode of ``instance`` shares, reset between them (so episodes must not overlap),
+        or None where each episode gets a server of its own (default)."""
+        return None
+
+    def scores_answer(self, instance: Instance[P]) -> bool:
+        """Whether :meth:`score` reads the answer the final tool submits (default: True). False tells the hack
+        battery that an answer cannot score differently from none, so it plays no answer exploits (each
+        costs a server start)."""
+        return True
+
     def new_state(self, instance: Instance[P]) -> S:
         raise TypeError(f"{self.name}: a served bootcamp's state comes from episode(), which starts its server")
 
@@ -88,6 +103,93 @@ class ServedTools(Generic[P, S]):
     def solve(self, instance: Instance[P]) -> tuple[S, Score]:
         """:meth:`solve_served` from synchronous code (on a thread of its own, so any caller's loop is left alone)."""
         return run_async(self.solve_served(instance))
+
+
+T = TypeVar("T")
+
+
+class HeldEpisode(Generic[S]):
+    """One episode of a served bootcamp held open for synchronous code, a step at a time.
+
+    The episode's server is started in a task on an event loop of the episode's own thread, and every step
+    (:meth:`run`) runs inside that task, as the engine runs an episode: the server's client is entered and
+    left in one task (its transport requires it) and the episode's context (its folder) is set. :meth:`close`
+    stops the server; so does the end of the process, however it ends (a stdio server's guard dies with the
+    thread that started it).
+
+    Args:
+        bootcamp: a served bootcamp.
+        instance: the instance to play.
+
+    Raises:
+        ToolServerError: the server would not start.
+    """
+
+    def __init__(self, bootcamp: ServedTools[P, S], instance: Instance[P]) -> None:
+        self.bootcamp, self.instance = bootcamp, instance
+        self._loop = asyncio.new_event_loop()
+        self._steps: asyncio.Queue[tuple[Callable[[S], Awaitable[Any]], concurrent.futures.Future] | None]
+        self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()  # set when the thread's work ends
+        opened: concurrent.futures.Future[S] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._main, args=(opened,), name="campflow-held-episode", daemon=True)
+        self._thread.start()
+        try:
+            self.state: S = opened.result()
+        except BaseException:
+            self._thread.join()
+            raise
+
+    def _main(self, opened: concurrent.futures.Future[S]) -> None:
+        try:
+            self._loop.run_until_complete(self._hold(opened))
+        finally:
+            self._loop.close()
+            self._ended.set_result(None)
+
+    async def _hold(self, opened: concurrent.futures.Future[S]) -> None:
+        self._steps = asyncio.Queue()
+        try:
+            async with self.bootcamp.episode(self.instance) as state:
+                opened.set_result(state)
+                while (step := await self._steps.get()) is not None:
+                    run, result = step
+                    try:
+                        result.set_result(await run(state))
+                    except Exception as exc:  # the step's own failure, handed to its caller
+                        result.set_exception(exc)
+        except BaseException as exc:  # noqa: BLE001  (handed to the constructor; a later step sees the end)
+            if not opened.done():
+                opened.set_exception(exc)
+
+    @property
+    def open(self) -> bool:
+        """Whether the episode's server is still held."""
+        return self._thread.is_alive()
+
+    def run(self, step: Callable[[S], Awaitable[T]]) -> T:
+        """Await ``step(state)`` inside the episode's task; returns its result or raises its exception.
+
+        Raises:
+            ToolServerError: the episode ended (closed, or its server's connection failed) before the step ran.
+        """
+        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+        try:
+            self._loop.call_soon_threadsafe(self._steps.put_nowait, (step, result))
+        except RuntimeError:  # the loop is closed
+            pass
+        concurrent.futures.wait([result, self._ended], return_when=concurrent.futures.FIRST_COMPLETED)
+        if not result.done():
+            raise ToolServerError(f"{self.bootcamp.name}: the episode's server is no longer running")
+        return result.result()
+
+    def close(self) -> None:
+        """Stop the episode's server (the episode ends where it stands); returns once it is stopped."""
+        if self.open:
+            try:
+                self._loop.call_soon_threadsafe(self._steps.put_nowait, None)
+            except RuntimeError:  # the loop has just closed: the thread is ending on its own
+                pass
+            self._thread.join()
 
 
 def run_async(coroutine: Any) -> Any:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from campflow import progress
 from campflow.agents.vision import observation_mode
+from campflow.bootcamps.base import Instance
 from campflow.bootcamps.served import ServedTools
 from campflow.config import CampflowConfig
 from campflow.flows.collect import collect_flow
@@ -48,12 +49,10 @@ def find_band(cfg: CampflowConfig, runner: object, sft_path: Path, run_id: str, 
     rl = cfg.training.rl
     observation = observation_mode(cfg.rollout.observation, "local", str(sft_path))
     candidates = rl_instances(ws.store, cfg.training.bootcamps, rl.instances_per_bootcamp, rl.seed, levels, observation)
-    served = sorted({i.bootcamp for i in candidates if isinstance(ws.bootcamp(i.bootcamp), ServedTools)})
-    if served:  # TRL's environments step episodes by hand, without the event loop a tool server's calls need
-        progress.current().note(
-            f"no RL on {', '.join(served)}: bootcamps served by a tool server (MCP) are not GRPO environments yet"
-        )
-        candidates = [i for i in candidates if i.bootcamp not in served]
+    shared = sorted({i.bootcamp for i in candidates if _shared_server(ws, i)})
+    if shared:  # TRL plays a batch's rollouts side by side; one shared server state cannot hold them apart
+        progress.current().note(f"no RL on {', '.join(shared)}: its episodes share one URL server's state")
+        candidates = [i for i in candidates if i.bootcamp not in shared]
     ws.store.write_instances(candidates, split="train")
     collect_flow.with_options(task_runner=runner)(
         sampling_policy(cfg, sft_path),
@@ -66,6 +65,11 @@ def find_band(cfg: CampflowConfig, runner: object, sft_path: Path, run_id: str, 
     ordered = sorted(band, key=lambda iid: hashlib.sha256(f"holdout:{iid}".encode()).hexdigest())
     held = round(rl.band_holdout * len(ordered)) if len(ordered) > 1 else 0
     return Band(run_id, len(candidates), sorted(ordered[held:]), sorted(ordered[:held]))
+
+
+def _shared_server(ws: Workspace, instance: Instance) -> bool:
+    bootcamp = ws.bootcamp(instance.bootcamp)
+    return isinstance(bootcamp, ServedTools) and bootcamp.shared_server(instance) is not None
 
 
 def band_ids(store: Store, run_id: str) -> list[str]:

@@ -33,6 +33,13 @@ with it: where the final call carries an answer, an answer equal to the oracle's
 number); where it carries none (``checkout``, ``done``), a state from which the oracle itself would end the
 episode. The oracle's recovery is the judge of "done": a verifier that checks "enough" where the oracle
 sees work left is caught. A scorer that raises on a non-solution is refused too (``scorer_error``).
+
+A served bootcamp (an MCP server as its tools) plays every episode on a fresh server
+(:mod:`campflow.integrity.served`). Its world is the server's, which no answer shows, so there a
+matching answer is not enough: the oracle must also see nothing left to do in the final world (an MCP
+task's oracle: every reference call made, :meth:`campflow.mcp.tasks.McpTaskBootcamp.oracle`). Its
+boundary texts stay names inside the episode's folder, and where its scorer reads no answer
+(:meth:`~campflow.bootcamps.served.ServedTools.scores_answer`) the answer exploits are left out.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -106,7 +113,6 @@ class BatteryReport:
     bound: float
     probes: list[Probe] = field(default_factory=list)
     partial_refuses: bool = True  # whether partial credit above the bound (``over_bound``) refuses too
-    not_played: str | None = None  # why the battery did not play this bootcamp (a served one), if it did not
 
     @property
     def hacks(self) -> list[Probe]:
@@ -154,13 +160,14 @@ def run_battery(
     """
     limit = bootcamp.wrong_answer_bound if bound is None else bound
     report = BatteryReport(bootcamp.name, limit, partial_refuses=partial_refuses)
-    if isinstance(bootcamp, ServedTools):
-        # not yet: each episode needs a server of its own and an event loop, which this hand-driven engine
-        # has not; an MCP source's vetting plays its reference and doing nothing on fresh servers instead
-        report.not_played = "a served (MCP) bootcamp: vetted by its reference and by doing nothing"
-        return report
     if instances is None:
         instances = [bootcamp.generate(lv, s) for lv in (levels or sorted(bootcamp.levels)) for s in seeds]
+    if isinstance(bootcamp, ServedTools):  # every episode on a fresh server, a few at a time
+        from campflow.bootcamps.served import run_async
+        from campflow.integrity.served import probe_served
+
+        report.probes += run_async(probe_served(bootcamp, instances, limit))
+        return report
     for instance in instances:
         report.probes += probe_instance(bootcamp, instance, limit)
     return report
@@ -169,36 +176,58 @@ def run_battery(
 def probe_instance(bootcamp: Bootcamp, instance: Instance, bound: float) -> list[Probe]:
     """Every exploit on one instance (see the module docstring)."""
     plan, oracle_state = oracle_plan(bootcamp, instance)
-    oracle_answer = oracle_state.answer if oracle_state is not None else None
     out = []
-    for exploit in _exploits(bootcamp, instance, plan):
-        policy = _Script(exploit)
+    for exploit in exploits(bootcamp, instance, plan, lambda i: _replayed(bootcamp, instance, plan[:i])):
+        policy = Script(exploit)
         episode = _play(bootcamp, instance, policy)
-        probe = _judge(bootcamp, instance, exploit, policy, episode, oracle_answer, bound)
-        if probe.verdict == "hack" and not (episode.success or episode.reward >= 1.0 - 1e-9):
-            probe = replace(probe, verdict="over_bound")  # partial credit above the bound, not full marks
-        if probe.verdict == "hack" and oracle_state is None and exploit.name.split(":")[0] not in NEVER_RIGHT:
-            # the oracle cannot solve this instance (an import's reference that fails its own scorer):
-            # an echoed number may be the right answer, so only answers no task can have are judged
-            probe = replace(probe, verdict="no_oracle", detail="the oracle cannot solve this instance to compare")
-        out.append(probe)
+        out.append(verdict(bootcamp, instance, exploit, policy, episode, oracle_state, bound))
     return out
 
 
+def verdict(
+    bootcamp: Bootcamp,
+    instance: Instance,
+    exploit: Exploit,
+    policy: Script,
+    episode: Episode,
+    oracle_state: State | None,
+    bound: float,
+) -> Probe:
+    """The probe of one played exploit (see the module docstring)."""
+    oracle_answer = oracle_state.answer if oracle_state is not None else None
+    probe = _judge(bootcamp, instance, exploit, policy, episode, oracle_answer, bound)
+    if probe.verdict == "hack" and not (episode.success or episode.reward >= 1.0 - 1e-9):
+        probe = replace(probe, verdict="over_bound")  # partial credit above the bound, not full marks
+    if probe.verdict == "hack" and oracle_state is None and exploit.name.split(":")[0] not in NEVER_RIGHT:
+        # the oracle cannot solve this instance (an import's reference that fails its own scorer):
+        # an echoed number may be the right answer, so only answers no task can have are judged
+        probe = replace(probe, verdict="no_oracle", detail="the oracle cannot solve this instance to compare")
+    return probe
+
+
+def _replayed(bootcamp: Bootcamp, instance: Instance, actions: Sequence[Action]) -> State:
+    state = bootcamp.new_state(instance)
+    for action in actions:
+        bootcamp.apply(instance, state, action)
+    return state
+
+
 @dataclass
-class _Exploit:
+class Exploit:
+    """One scripted non-solution: its name (the module docstring's table) and the calls of each turn."""
+
     name: str
     turns: list[list[tuple[str, str]]]  # per turn: (tool, arguments as JSON text)
     path: bool = False  # the oracle's plan, mutated: judged by the oracle's view of the state before its end
 
 
-class _Script(Policy):
+class Script(Policy):
     """Plays an exploit's turns, then replies without a call; notes the state and the oracle's view."""
 
     model_id = "hack-battery"
     suspends = False
 
-    def __init__(self, exploit: _Exploit) -> None:
+    def __init__(self, exploit: Exploit) -> None:
         self.exploit = exploit
         self.state: State | None = None
         self.disputed: str | None = None  # the oracle's other next action before the path's final one
@@ -211,6 +240,9 @@ class _Script(Policy):
             return PolicyReply(content="I am done.")
         calls = turns[context.turn]
         bootcamp, instance = context.bootcamp, context.instance
+        folder = getattr(context.state, "workdir", None) if isinstance(bootcamp, ServedTools) else None
+        if folder is not None:  # the plan was recorded on another server: aim it at this episode's folder
+            calls = [(n, a.replace("{workdir}", str(folder))) for n, a in calls]
         for name, arguments in calls:
             if bootcamp.is_final(name):
                 self.final_sent = arguments
@@ -224,7 +256,7 @@ class _Script(Policy):
         )
 
 
-def _play(bootcamp: Bootcamp, instance: Instance, policy: _Script) -> Episode:
+def _play(bootcamp: Bootcamp, instance: Instance, policy: Script) -> Episode:
     """The engine's episode, driven by hand: a scripted policy never waits, so no event loop is needed."""
     coro = run_episode(EpisodeSpec(bootcamp, instance), policy, SETTINGS, run_id="battery")
     try:
@@ -238,8 +270,8 @@ def _play(bootcamp: Bootcamp, instance: Instance, policy: _Script) -> Episode:
 def _judge(
     bootcamp: Bootcamp,
     instance: Instance,
-    exploit: _Exploit,
-    policy: _Script,
+    exploit: Exploit,
+    policy: Script,
     episode: Episode,
     oracle_answer: Any,
     bound: float,
@@ -262,22 +294,28 @@ def _judge(
     if episode.termination == Termination.INFRA_ERROR and (episode.error or "").startswith("scoring failed"):
         return probe("scorer_error", episode.error or "")
     state = policy.state
+    given = state.answer if state else None
     answered = bool(policy.final_sent and json.loads(policy.final_sent or "{}"))
+    if answered and _blank(given) and _blank(oracle_answer):
+        answered = False  # an empty answer where the oracle gives none either: only the world can tell
+    # a served bootcamp's world is its server's, which no answer shows: the oracle's view of it counts too
+    served = isinstance(bootcamp, ServedTools)
     if exploit.path:  # near the oracle's solution partial credit is due: only full marks are suspect
         if not (episode.success or episode.reward >= 1.0 - 1e-9):
             return probe("held")
-        if answered and not same_answer(state.answer if state else None, oracle_answer):
+        if answered and not same_answer(given, oracle_answer):
             return probe("hack", f"the oracle answers {_clip(oracle_answer)}")
-        if not answered and policy.disputed:
+        if (served or not answered) and policy.disputed:
             return probe("hack", f"the oracle's next action there is {policy.disputed}, not the end")
         return probe("oracle_agrees", "the oracle would end the episode there too")
     hedge = exploit.name.startswith("several_")  # the right answer among wrong ones: proportional credit is due
     if not (episode.success or episode.reward > bound + 1e-9) or (hedge and episode.reward < 1.0 - 1e-9):
         return probe("held")
     if answered:
-        if same_answer(state.answer if state else None, oracle_answer):
+        if not same_answer(given, oracle_answer):
+            return probe("hack", f"the oracle answers {_clip(oracle_answer)}")
+        if not served:
             return probe("oracle_agrees", "the oracle's own answer")
-        return probe("hack", f"the oracle answers {_clip(oracle_answer)}")
     if state is not None and state.finished:  # a final tool without an answer: is the world done?
         name = next(n for n, _ in _last_final(exploit))
         other = _other_next_action(bootcamp, instance, state, name, "{}", finished=True)
@@ -287,7 +325,11 @@ def _judge(
     return probe("hack", "nothing was submitted")
 
 
-def _last_final(exploit: _Exploit) -> list[tuple[str, str]]:
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _last_final(exploit: Exploit) -> list[tuple[str, str]]:
     return [c for turn in exploit.turns for c in turn][-1:]
 
 
@@ -343,21 +385,27 @@ def oracle_plan(bootcamp: Bootcamp, instance: Instance) -> tuple[list[Action], S
     return [], None
 
 
-def _exploits(bootcamp: Bootcamp, instance: Instance, plan: list[Action]) -> list[_Exploit]:
+def exploits(
+    bootcamp: Bootcamp, instance: Instance, plan: list[Action], prefix_state: Callable[[int], State]
+) -> list[Exploit]:
+    """Every exploit of one instance; ``prefix_state(i)`` is the state after the plan's first ``i`` actions
+    (what :meth:`~campflow.bootcamps.base.Bootcamp.perturb` is asked from)."""
     tools = list(bootcamp.tools(instance))
     finals = [t for t in tools if t.final]
     prompt = "\n".join(content_text(m.get("content"), image="") for m in bootcamp.prompt(instance)[1:])
     numbers = list(dict.fromkeys(_NUMBER.findall(prompt)))[:4]
     right_args = dict(plan[-1].arguments) if plan else {}
-    out = [_Exploit("no_submit", [])]
+    out = [Exploit("no_submit", [])]
+    # a served bootcamp's episode costs a server start: it may say its scorer ignores the answer
+    scores_answer = not isinstance(bootcamp, ServedTools) or bootcamp.scores_answer(instance)
     seen: set[tuple[str, str]] = set()
     for tool in finals:
         props = _properties(tool.args_model)
         out.append(
-            _Exploit(f"submit_nothing:{tool.name}" if len(finals) > 1 else "submit_nothing", [[(tool.name, "{}")]])
+            Exploit(f"submit_nothing:{tool.name}" if len(finals) > 1 else "submit_nothing", [[(tool.name, "{}")]])
         )
         seen.add((tool.name, "{}"))
-        if not props:
+        if not props or not scores_answer:  # an answer nothing reads scores as submitting nothing
             continue
         for name, args in _answer_arguments(
             props, right_args if plan and plan[-1].name == tool.name else {}, numbers, prompt
@@ -365,9 +413,9 @@ def _exploits(bootcamp: Bootcamp, instance: Instance, plan: list[Action]) -> lis
             text = json.dumps(args)
             if (tool.name, text) not in seen:
                 seen.add((tool.name, text))
-                out.append(_Exploit(name if len(finals) == 1 else f"{name}:{tool.name}", [[(tool.name, text)]]))
-    out.append(_boundary(tools, finals))
-    out += _paths(bootcamp, instance, plan)
+                out.append(Exploit(name if len(finals) == 1 else f"{name}:{tool.name}", [[(tool.name, text)]]))
+    out.append(_boundary(tools, finals, inside=isinstance(bootcamp, ServedTools)))
+    out += _paths(bootcamp, instance, plan, prefix_state)
     return out
 
 
@@ -431,7 +479,7 @@ def _answer_arguments(
     ]
     for i, n in enumerate(numbers, 1):
         out.append((f"echo_number_{i}", fill(n, float(n) if "." in n else int(n))))
-    if good is not None:
+    if not _blank(good):  # hedges around the right answer (none to hedge around where it is empty)
         out.append(("several_or", fill(f"{wrong} or {good_text}", f"{wrong} or {good_text}", None)))
         out.append(("several_list", fill(f"{wrong}, {good_text}", None, [wrong, good])))
         everything = [*numbers, good_text]
@@ -439,8 +487,12 @@ def _answer_arguments(
     return out
 
 
-def _boundary(tools: Sequence[Any], finals: Sequence[Any]) -> _Exploit:
-    """Every non-final tool with low then high boundary arguments, then a final tool with empty ones."""
+def _boundary(tools: Sequence[Any], finals: Sequence[Any], *, inside: bool = False) -> Exploit:
+    """Every non-final tool with low then high boundary arguments, then a final tool with empty ones.
+
+    ``inside``: the tools act on the host (a served bootcamp's server runs there), so the long text stays a
+    name inside the episode's folder instead of a path climbing out of it."""
+    long_text = "*" * 64 if inside else "../" * 20 + "*"
     calls = []
     for tool in tools:
         if tool.final:
@@ -463,34 +515,34 @@ def _boundary(tools: Sequence[Any], finals: Sequence[Any]) -> _Exploit:
                 elif kind == "object":
                     args[key] = {} if low else {"*": "*"}
                 else:
-                    args[key] = "" if low else "../" * 20 + "*"
+                    args[key] = "" if low else long_text
             calls.append((tool.name, json.dumps(args)))
     final = finals[0]
     props = _properties(final.args_model)
     empty = {k: ("" if _kind(p) not in ("number", "integer") else 0) for k, p in props.items()}
     turns = [calls[i : i + SETTINGS.max_calls_per_turn] for i in range(0, len(calls), SETTINGS.max_calls_per_turn)]
-    return _Exploit("tools_boundary", [*turns, [(final.name, json.dumps(empty))]])
+    return Exploit("tools_boundary", [*turns, [(final.name, json.dumps(empty))]])
 
 
-def _paths(bootcamp: Bootcamp, instance: Instance, plan: list[Action]) -> list[_Exploit]:
+def _paths(
+    bootcamp: Bootcamp, instance: Instance, plan: list[Action], prefix_state: Callable[[int], State]
+) -> list[Exploit]:
     """The oracle's plan with one action repeated or perturbed, at its first, middle and last step."""
     steps = [i for i, a in enumerate(plan[:-1]) if not bootcamp.is_final(a.name)]
     if not plan or not steps:
         return []
     out = []
     for i in sorted({steps[0], steps[len(steps) // 2], steps[-1]}):
-        out.append(_Exploit(f"oracle_repeated_{i + 1}", _turns([*plan[: i + 1], plan[i], *plan[i + 1 :]]), True))
-        state = bootcamp.new_state(instance)
+        out.append(Exploit(f"oracle_repeated_{i + 1}", _turns([*plan[: i + 1], plan[i], *plan[i + 1 :]]), True))
         try:
-            for action in plan[:i]:
-                bootcamp.apply(instance, state, action)
+            state = prefix_state(i)
             other = bootcamp.perturb(instance, state, plan[i], random.Random(f"battery:{instance.id}:{i}"))
         except Exception:  # noqa: BLE001 -- a perturb that cannot run here leaves this probe out
             continue
         if canonical_json([other.name, dict(other.arguments)]) != canonical_json(
             [plan[i].name, dict(plan[i].arguments)]
         ):
-            out.append(_Exploit(f"oracle_perturbed_{i + 1}", _turns([*plan[:i], other, *plan[i + 1 :]]), True))
+            out.append(Exploit(f"oracle_perturbed_{i + 1}", _turns([*plan[:i], other, *plan[i + 1 :]]), True))
     return out
 
 

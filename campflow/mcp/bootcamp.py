@@ -82,11 +82,12 @@ class McpState(State):
     session: ServerSession | None = None
     calls: list[dict[str, Any]] = field(default_factory=list)
     final: list[ToolResult] = field(default_factory=list)
+    folder: Path | None = None  # the episode's folder, still named once the server has stopped (it is removed)
 
     @property
     def workdir(self) -> Path | None:
-        """The episode's folder."""
-        return self.session.workdir if self.session is not None else None
+        """The episode's folder (its path, also after the episode, when the folder itself is gone)."""
+        return self.session.workdir if self.session is not None else self.folder
 
 
 class McpBootcamp(ServedTools[P, McpState], Bootcamp[P, McpState]):
@@ -107,6 +108,10 @@ class McpBootcamp(ServedTools[P, McpState], Bootcamp[P, McpState]):
     def server_spec(self, instance: Instance[P]) -> ServerSpec:
         """The server of an episode of ``instance`` (default: :attr:`server`)."""
         return self.server
+
+    def shared_server(self, instance: Instance[P]) -> str | None:
+        """A URL server's address (one shared state, reset per episode); None for a stdio server."""
+        return self.server_spec(instance).url
 
     def fixtures(self, instance: Instance[P]) -> Mapping[str, str]:
         """Files written into the episode's folder before the server starts: relative path -> text."""
@@ -132,7 +137,7 @@ class McpBootcamp(ServedTools[P, McpState], Bootcamp[P, McpState]):
                 )
             self._declared = session.tools
             token = _WORKDIR.set(session.workdir)
-            state = McpState(session=session)
+            state = McpState(session=session, folder=session.workdir)
             try:
                 yield state
             finally:

@@ -251,13 +251,19 @@ async def open_server(
                 raise ToolServerError(
                     f"MCP server {spec.describe()} did not start: {_reason(exc)}{_stderr_tail(log)}"
                 ) from None
-            tools = [
-                {"name": t.name, "description": t.description or "", "input_schema": dict(t.input_schema or {})}
-                for t in listed.tools
-            ]
+            tools = [_declared(t) for t in listed.tools]
             yield ServerSession(client, spec, workdir, tools, log)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _declared(tool: Any) -> dict[str, Any]:
+    """A declared tool as campflow keeps it: name, description, input schema, and ``read_only`` where the
+    server says the tool only looks (its ``readOnlyHint``)."""
+    out = {"name": tool.name, "description": tool.description or "", "input_schema": dict(tool.input_schema or {})}
+    if getattr(tool.annotations, "read_only_hint", None):
+        out["read_only"] = True
+    return out
 
 
 @asynccontextmanager

@@ -28,10 +28,12 @@ as the bootcamp's wrong-answer bound.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
 import random
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -230,6 +232,10 @@ class McpTaskBootcamp(McpBootcamp[McpTaskParams]):
     def max_turns(self, instance: Instance[McpTaskParams]) -> int:
         return instance.data["max_turns"] or len(instance.data["reference"]) + 6
 
+    def scores_answer(self, instance: Instance[McpTaskParams]) -> bool:
+        """Whether a check of the task reads the submitted answer."""
+        return any(c["answer"] for c in instance.data["checks"])
+
     def final_calls(self, instance: Instance[McpTaskParams]) -> Sequence[Action]:
         return [Action(c["call"]["tool"], c["call"]["arguments"]) for c in instance.data["checks"] if c["call"]]
 
@@ -248,12 +254,36 @@ class McpTaskBootcamp(McpBootcamp[McpTaskParams]):
         return Score(share, success, details)
 
     def oracle(self, instance: Instance[McpTaskParams], state: McpState) -> Action:
-        reference = instance.data["reference"]
-        made = len(state.calls)
+        """The first reference call not yet made, in order (a call made twice, or another call between two,
+        does not hold it up; a call made with other arguments is not made); then ``submit`` with the answer."""
+        reference = [
+            Action(c["tool"], _filled(c["arguments"], state, instance.seed)) for c in instance.data["reference"]
+        ]
+        made = 0
+        for call in state.calls:
+            if made < len(reference) and call["name"] == reference[made].name:
+                if call["arguments"] == self._as_sent(instance, reference[made]):
+                    made += 1
         if made < len(reference):
-            call = reference[made]
-            return Action(call["tool"], _filled(call["arguments"], state, instance.seed))
+            return reference[made]
         return Action(FINISH, {"answer": workdir_text(instance.data["answer"], instance.seed)})
+
+    def _as_sent(self, instance: Instance[McpTaskParams], action: Action) -> dict[str, Any]:
+        """``action``'s arguments as :meth:`call_served` records them (validated by the tool's schema, dumped)."""
+        tool = next((t for t in self.tools(instance) if t.name == action.name), None)
+        try:
+            args = tool.args_model.model_validate(dict(action.arguments))  # type: ignore[union-attr]
+        except (AttributeError, ValueError):  # an unknown tool, or arguments its schema refuses: as written
+            return dict(action.arguments)
+        return args.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    def perturb(self, instance: Instance[McpTaskParams], state: McpState, action: Action, rng: random.Random) -> Action:
+        """The reference call with its last number one higher (an amount, a value or a row off by one: a
+        numeric argument, else the last number written in a text argument); a call without one, or to a tool
+        the server declares read-only (``readOnlyHint``: looking elsewhere changes no state), is unchanged."""
+        if any(t["name"] == action.name and t.get("read_only") for t in self._declared or ()):
+            return action
+        return Action(action.name, _bumped(dict(action.arguments)))
 
     def wrong_answer(self, instance: Instance[McpTaskParams], state: McpState, rng: random.Random) -> Action | None:
         return Action(FINISH, {"answer": ""})  # doing nothing: submit at once
@@ -281,10 +311,55 @@ class McpTaskBootcamp(McpBootcamp[McpTaskParams]):
         return state, score
 
 
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _bumped(value: Any) -> Any:
+    """``value`` with its last number (in key order, numbers inside texts included) one higher."""
+    leaves: list[tuple[tuple[Any, ...], Any]] = []
+
+    def walk(path: tuple[Any, ...], node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk((*path, k), v)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk((*path, i), v)
+        elif (isinstance(node, int | float) and not isinstance(node, bool)) or (
+            isinstance(node, str) and _NUMBER.search(node)
+        ):
+            leaves.append((path, node))
+
+    walk((), value)
+    if not leaves:
+        return value
+    path, leaf = leaves[-1]
+    if isinstance(leaf, str):
+        last = list(_NUMBER.finditer(leaf))[-1]
+        number = last.group()
+        bumped = str(int(number) + 1) if "." not in number else repr(float(number) + 1)
+        new: Any = leaf[: last.start()] + bumped + leaf[last.end() :]
+    else:
+        new = leaf + 1
+    out = copy.deepcopy(value)
+    node = out
+    for step in path[:-1]:
+        node = node[step]
+    if path:
+        node[path[-1]] = new
+        return out
+    return new
+
+
 def _filled(arguments: Mapping[str, Any], state: McpState, seed: int) -> dict[str, Any]:
     from campflow.mcp.server import fill
 
     return fill(dict(arguments), state.workdir, seed) if state.workdir is not None else dict(arguments)
+
+
+def task_instances(bootcamp: McpTaskBootcamp) -> list[Instance[McpTaskParams]]:
+    """One instance of each task of ``bootcamp`` (seed 0), in file order."""
+    return [bootcamp.generate(McpTaskParams(level=r.level, task=r.id), 0) for r in bootcamp.rows.values()]
 
 
 def build(spec: ImportSpec) -> McpBootcamp:

@@ -55,7 +55,7 @@ def import_bootcamp(
     spec = spec.model_copy(update={"version": bootcamp.version})
     # no verifier enters the loop untested (campflow.integrity.battery); a source's own partial credit
     # above the bound is its design (reasoning-gym's similarity scores): noted; full marks are refused
-    battery = run_battery(bootcamp, partial_refuses=False)
+    battery = run_battery(bootcamp, instances=_battery_instances(spec, bootcamp), partial_refuses=False)
     if not battery.passed:
         raise ImportSourceError(f"{spec.adapter} source {spec.source!r}: {battery.refusal()}; not imported")
     if battery.over_bound and say is not None:
@@ -65,6 +65,15 @@ def import_bootcamp(
     record_probes(store, battery.probes, subject=spec.name, source="import")
     register_import(spec, replace=True)
     return spec, bootcamp
+
+
+def _battery_instances(spec: ImportSpec, bootcamp: Bootcamp) -> list[Any] | None:
+    """An MCP task file's every task (a weak check belongs to one task); None: every level's seeds."""
+    if spec.adapter != "mcp":
+        return None
+    from campflow.mcp.tasks import task_instances
+
+    return task_instances(bootcamp)  # type: ignore[arg-type]
 
 
 def import_mcp_tasks(

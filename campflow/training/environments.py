@@ -17,23 +17,41 @@ schema), and ``get_reward()``, called once per finished rollout. Here:
   tool's image comes after its result and the engine's note ("Image returned by call call_N_0:"), and
   campflow's GRPO trainer renders the two in a user message after the tool turn, as the engine sends them
   (:func:`campflow.training.rl.as_evaluated`).
+
+A served bootcamp (an MCP server as its tools, :class:`~campflow.bootcamps.served.ServedTools`) becomes a
+:class:`ServedEnvironment`: ``reset`` starts a fresh server for the episode (a new stdio process in a
+fresh folder, or the URL server's reset call) and the prompt names the episode's folder; the tools are
+the server's, each call sent to it through the bootcamp's own client (:meth:`~ServedTools.call_served`);
+``get_reward`` reads the final server state (:meth:`~ServedTools.conclude`), scores it and stops the
+server. TRL steps an environment from synchronous code, so the episode is held open on an event loop of
+its own thread (:class:`~campflow.bootcamps.served.HeldEpisode`); a server still running when the next
+``reset`` comes, or when the process ends (however it ends), is stopped. A server that fails mid-episode
+(crash, hang past its ``call_timeout``) ends the rollout: the model reads ``Error: the tool server
+failed ...``, later calls ``Error: the episode has already ended.``, and the rollout scores 0 (a line says so).
+A URL server (one shared state, reset per episode) is refused: TRL plays a batch's rollouts side by side.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
+from campflow import progress
 from campflow.agents.vision import image_urls, vision_conversation
 from campflow.bootcamps import registry
-from campflow.bootcamps.base import Bootcamp, Tool, format_validation_error
+from campflow.bootcamps.base import Bootcamp, Instance, Observation, Tool, ToolArgs, format_validation_error
 from campflow.bootcamps.messages import content_text
-from campflow.errors import ToolError
+from campflow.bootcamps.served import HeldEpisode, ServedTools
+from campflow.errors import ConfigError, ToolError, ToolServerError
 from campflow.rollout.engine import image_note
+
+# TRL's interface and the environments' own attributes: a tool of one of these names would hide them
+RESERVED = frozenset({"reset", "get_reward", "bootcamp", "images", "instance", "state", "calls", "held", "failure"})
 
 
 class BootcampEnvironment:
@@ -50,17 +68,24 @@ class BootcampEnvironment:
     def reset(self, **row: Any) -> str | list[dict[str, Any]]:
         """Start an episode of the row's instance; returns its user prompt (appended to the row's prompt):
         text, or text and image parts for a vision-language model."""
+        self.instance = self._row_instance(row)
+        self.state = self.bootcamp.new_state(self.instance)
+        self.calls = 0  # tools run this episode
+        return self._user_content(self.bootcamp.prompt(self.instance))
+
+    def _row_instance(self, row: dict[str, Any]) -> Instance:
         params, seed = row.get("params"), row.get("seed")
         if params is None or seed is None:
             raise ValueError(
                 f"a {self.bootcamp.name} training row needs `params` and `seed` columns, got {sorted(row)}"
             )
-        self.instance = self.bootcamp.generate(json.loads(params) if isinstance(params, str) else params, int(seed))
-        if row.get("instance_id") and row["instance_id"] != self.instance.id:
-            raise ValueError(f"row instance {row['instance_id']} regenerated as {self.instance.id}")
-        self.state = self.bootcamp.new_state(self.instance)
-        self.calls = 0  # tools run this episode
-        content = self.bootcamp.prompt(self.instance)[-1]["content"]
+        instance = self.bootcamp.generate(json.loads(params) if isinstance(params, str) else params, int(seed))
+        if row.get("instance_id") and row["instance_id"] != instance.id:
+            raise ValueError(f"row instance {row['instance_id']} regenerated as {instance.id}")
+        return instance
+
+    def _user_content(self, messages: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+        content = messages[-1]["content"]
         if self.images and isinstance(content, list) and image_urls([{"role": "user", "content": content}]):
             return vision_conversation([{"role": "user", "content": content}])[0]["content"]
         return content_text(content)
@@ -79,7 +104,7 @@ class BootcampEnvironment:
             return "Error: the episode has already ended."
         try:
             args = tool.args_model.model_validate(arguments)
-            obs = self.bootcamp.call(self.instance, self.state, tool.name, args)
+            obs = self._execute(tool, args)
         except ValidationError as exc:
             return f"Error: invalid arguments for {tool.name}: {format_validation_error(exc)}"
         except ToolError as exc:
@@ -96,6 +121,88 @@ class BootcampEnvironment:
                 {"type": "image", "image": png_image(obs.image)},
             ]
         return obs.text
+
+    def _execute(self, tool: Tool, args: ToolArgs) -> Observation:
+        return self.bootcamp.call(self.instance, self.state, tool.name, args)
+
+
+class ServedEnvironment(BootcampEnvironment):
+    """Base of the environment classes of served bootcamps: a fresh tool server per episode (module docstring)."""
+
+    bootcamp: Any  # a ServedTools bootcamp
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: HeldEpisode | None = None
+        self.failure: str | None = None  # the server's failure that ended this episode, if one did
+
+    def reset(self, **row: Any) -> str | list[dict[str, Any]]:
+        """Stop the last episode's server if it still runs, start a fresh one for the row's instance; returns
+        the user prompt (naming the episode's folder where the task does).
+
+        Raises:
+            ToolServerError: the server would not start.
+        """
+        self._close()
+        self.instance = self._row_instance(row)
+        self.calls, self.failure = 0, None
+        self.held = HeldEpisode(self.bootcamp, self.instance)
+        self.state = self.held.state
+        bootcamp, instance = self.bootcamp, self.instance
+
+        async def prompt(state: Any) -> list[dict[str, Any]]:  # inside the episode: its folder is known
+            return bootcamp.prompt(instance)
+
+        return self._user_content(self.held.run(prompt))
+
+    def _execute(self, tool: Tool, args: ToolArgs) -> Observation:
+        bootcamp, instance = self.bootcamp, self.instance
+
+        async def call(state: Any) -> Observation:
+            return await bootcamp.call_served(instance, state, tool.name, args)
+
+        if self.held is None or not self.held.open:
+            raise ToolError("the episode has already ended.")
+        try:
+            return self.held.run(call)
+        except ToolServerError as exc:
+            self._fail(str(exc))
+            raise ToolError(f"the tool server failed, and the episode ends: {exc}") from None
+
+    def get_reward(self) -> float:
+        """Read the final server state, score the episode and stop its server (0 when the server failed)."""
+        if self.instance is None:
+            return 0.0
+        if self.held is not None and self.held.open and self.failure is None:
+            bootcamp, instance = self.bootcamp, self.instance
+
+            async def conclude(state: Any) -> float:
+                await bootcamp.conclude(instance, state)
+                return float(bootcamp.score(instance, state, ()).reward)
+
+            try:
+                return self.held.run(conclude)
+            except ToolServerError as exc:
+                self._fail(f"reading the final server state failed: {exc}")
+            finally:
+                self._close()
+        return 0.0
+
+    def _fail(self, why: str) -> None:
+        self.failure = why
+        self.state.finished = True  # later calls: "the episode has already ended"
+        self._close()
+        progress.current().note(f"RL rollout of {self.instance.id} scores 0: {why}")
+
+    def _close(self) -> None:  # not a tool: TRL takes every public method for one
+        """Stop the episode's server, if one runs."""
+        if self.held is not None:
+            self.held.close()
+            self.held = None
+
+    def __del__(self) -> None:
+        if not sys.is_finalizing():  # at exit the episode's thread may never run again; the guard stops the server
+            self._close()
 
 
 def _tool_method(tool: Tool) -> Callable[..., Any]:
@@ -127,16 +234,23 @@ def environment_class(name: str, *, images: bool = False) -> type[BootcampEnviro
     """A TRL environment class for bootcamp ``name`` (its tools as methods); ``images``: it returns images."""
     bootcamp = registry.make(name)
     instance = bootcamp.generate(None, 0)
+    base = ServedEnvironment if isinstance(bootcamp, ServedTools) else BootcampEnvironment
+    shared = bootcamp.shared_server(instance) if isinstance(bootcamp, ServedTools) else None
+    if shared is not None:  # TRL resets a batch's environments, then plays their rollouts side by side
+        raise ConfigError(
+            f"{name}: GRPO plays several rollouts at once, and every episode of the server {shared} shares its one "
+            "state; serve it from a command (a fresh process per episode) to train on it with RL"
+        )
     members: dict[str, Any] = {
         "bootcamp": bootcamp,
         "images": images,
         "__doc__": f"The {name} bootcamp as a TRL environment.",
     }
     for tool in bootcamp.tools(instance):
-        if tool.name in ("reset", "get_reward") or tool.name.startswith("_"):
+        if tool.name in RESERVED or tool.name.startswith("_"):
             raise ValueError(f"{name} tool {tool.name!r} clashes with TRL's environment interface")
         members[tool.name] = _tool_method(tool)
-    return type(f"{name.title().replace('-', '').replace('_', '')}Environment", (BootcampEnvironment,), members)
+    return type(f"{name.title().replace('-', '').replace('_', '')}Environment", (base,), members)
 
 
 def rendered_tools(environment: type[BootcampEnvironment], tools: list[Any]) -> list[Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--seed", type=int, default=0)
@@ -71,14 +72,14 @@ def deposit(name: str, amount: float) -> str:
     return f"{name}: {accounts[name]:g}"
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def balances() -> dict[str, float]:
     """Every account and its balance."""
     _fault("balances")
     return dict(accounts)
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def read_note(path: str) -> str:
     """Read a text file of the working folder."""
     _fault("read_note")
