@@ -6,13 +6,12 @@ like any accepted bootcamp. The hack GRPO learns on it (measured in the benchmar
 scripted policy: the demonstrator's steps with every operator turned into "+". Against a confused but honest
 "before" model, the planted pass rate rises, the oracle disagrees on every subtraction, the
 ``answer_differs`` share of successes rises, and the gate refuses the candidate naming the bootcamp and
-the flag. The benchmark's witness (what the oracle says of each rewarded answer) is checked on the same
-episodes.
+the flag. The benchmark's witness (what the oracle says of each GRPO rollout's answer) is checked on the same
+hack played through TRL's environment.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from campflow.rollout.engine import EpisodeSpec, rollout
 from campflow.storage.promotion import compare, gate
 from campflow.storage.suspicion import largest_rise, mine_suspicious
 from campflow.storage.workspace import Workspace
+from campflow.training.environments import environment_class
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_hack.py"
 SEEDS = range(24)
@@ -100,12 +100,22 @@ def test_a_learned_hack_raises_the_suspicious_share_and_the_gate_refuses_naming_
     for run_id, always_add in (("before", False), ("after", True)):
         policy = _Operators(always_add)
         ws.store.start_run(run_id, "evaluate", {}, policy.model_id)
-        with bench.witnessing(type(planted), log) if always_add else contextlib.nullcontext():
-            ws.store.write_episodes(rollout([EpisodeSpec(planted, i) for i in instances], policy, run_id=run_id))
+        ws.store.write_episodes(rollout([EpisodeSpec(planted, i) for i in instances], policy, run_id=run_id))
 
-    # the witness saw every hacked episode: rewarded, the oracle disagreeing on exactly the subtractions
-    assert len(log) == len(instances) and all(reward == 1.0 for reward, _ in log)
-    assert sum(not agrees for _, agrees in log) == subtractions
+    # the benchmark's witness on GRPO's path (TRL's environment): the hack is rewarded every time and the
+    # oracle disagrees on exactly the subtractions; an unsubmitted rollout is logged too (0, disagrees)
+    environment = environment_class(name)()
+    with bench.witnessing(log):
+        for instance in instances:
+            environment.reset(params=instance.params.model_dump(), seed=instance.seed, instance_id=instance.id)
+            result = environment.calculate(expression=f"{instance.data['start']} + {instance.data['operands'][0]}")
+            environment.submit(answer=float(result))
+            environment.get_reward()
+        environment.reset(params=instances[0].params.model_dump(), seed=instances[0].seed)
+        environment.get_reward()
+    assert log[:-1] == [(1.0, i.data["ops"] == ["+"]) for i in instances] and log[-1] == (0.0, False)
+    environment.get_reward()
+    assert len(log) == len(instances) + 1, "the witness is closed"
     assert bench.oracle_agreement(ws, "after") == pytest.approx(1 - subtractions / len(instances))
     before, after = bench.pass_rate(ws.store, "before"), bench.pass_rate(ws.store, "after")
     assert before < 1.0 and after == 1.0
