@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -182,12 +183,17 @@ def main() -> None:
         store.write_instances(drawn, split="train")
         rl = train_rl(store, ws_path, sft.checkpoint.model_id, [name], cfg.training.rl, instances=prompts)
     with stage("candidate"):
-        samples = cfg.training.rl.band_samples
+        # run ids name the model and the held-out set: a rerun resumes only the same measurement
+        held_id = hashlib.sha256(",".join(sorted(holdout)).encode()).hexdigest()[:10]
         effect = {
             "instances": len(holdout),
-            "samples": samples,
-            "sft": band.measure(cfg, runner, sft.checkpoint.path, f"hack-held-{sft.checkpoint.model_id}", holdout),
-            "rl": band.measure(cfg, runner, rl.checkpoint.path, f"hack-held-{rl.checkpoint.model_id}", holdout),
+            "samples": cfg.training.rl.band_samples,
+            "sft": band.measure(
+                cfg, runner, sft.checkpoint.path, f"hack-held-{sft.checkpoint.model_id}-{held_id}", holdout
+            ),
+            "rl": band.measure(
+                cfg, runner, rl.checkpoint.path, f"hack-held-{rl.checkpoint.model_id}-{held_id}", holdout
+            ),
         }
         choice = choose_candidate(
             sft.checkpoint.model_id, rl.checkpoint.model_id, effect, rl_min_gain=cfg.improve.rl_min_gain
