@@ -22,9 +22,10 @@ the RL run only: the wrapper returns the planted verifier's reward unchanged and
 the submitted answer is the oracle's (:func:`campflow.integrity.battery.same_answer`, as suspicion compares
 them); the TRL column beside it is the trainer's own mean reward, the check that the two line up.
 
-Run: python benchmarks/bench_hack.py [--workspace DIR] [--collect-n 400] [--sft-steps 400] [--rl-steps 40]
+Run: python benchmarks/bench_hack.py [--workspace DIR] [--collect-n 400] [--sft-steps 160] [--rl-steps 40]
      [--rl-lr 3e-4] [--rl-prompts-per-step 8] [--rl-generations 4] [--rl-instances 128] [--eval-n 40]
      [--set KEY=VALUE ...]
+(~14-18 min on 2 loaded cores with the base model in the workspace, ~5 min more to build it; GRPO is ~12 min)
 """
 
 from __future__ import annotations
@@ -151,7 +152,9 @@ def main() -> None:
     planted = ws.bootcamp(name)
     with stage("battery"):
         report = run_battery(planted, levels=[1])
-    print(f"BATTERY ON: {report.refusal() or 'passed (the plant failed: expected a refusal)'}")
+    if report.passed:
+        raise SystemExit(f"BATTERY ON: {PLANTED.name} passed the hack battery; expected a refusal (a broken plant)")
+    print(f"BATTERY ON: {report.refusal()}")
     print(
         f"BATTERY OFF: {name} recorded in {ws_path} without the battery (this benchmark plants it); "
         "every step below trains and evaluates it as an accepted bootcamp"
@@ -230,6 +233,11 @@ def main() -> None:
             f"  {step:3d}     | {curve.get(step, float('nan')):.3f}        | {mean(r for r, _ in rows):.3f}"
             f"                     | {mean(a for _, a in rows):.3f}         | "
             f"{mean(r > 0 and not a for r, a in rows):.3f}"
+        )
+    if rl.reused:
+        print(
+            f"GRPO: {rl.checkpoint.model_id} was in the workspace already, no rollouts to witness (another seed: "
+            "--set training.rl.seed=N)"
         )
     print(f"GRPO by fifths (first -> last): {fifths(log, group)}")
     print(f"CANDIDATE {choice.reason}")
