@@ -226,6 +226,11 @@ def main() -> None:
         f"({len(holdout)} held out), {rl.metrics.get('steps')} steps, {group} rollouts a step, "
         f"lr {cfg.training.rl.learning_rate:g}"
     )
+    if rl.reused:
+        print(
+            f"GRPO: {rl.checkpoint.model_id} was in the workspace already, no rollouts to witness (another seed: "
+            "--set training.rl.seed=N)"
+        )
     print("GRPO step | reward (TRL) | reward (planted verifier) | oracle agrees | rewarded, oracle disagrees")
     curve = dict(rl.metrics.get("reward_curve") or [])
     for step, rows in enumerate(steps_of(log, group), start=1):
@@ -233,11 +238,6 @@ def main() -> None:
             f"  {step:3d}     | {curve.get(step, float('nan')):.3f}        | {mean(r for r, _ in rows):.3f}"
             f"                     | {mean(a for _, a in rows):.3f}         | "
             f"{mean(r > 0 and not a for r, a in rows):.3f}"
-        )
-    if rl.reused:
-        print(
-            f"GRPO: {rl.checkpoint.model_id} was in the workspace already, no rollouts to witness (another seed: "
-            "--set training.rl.seed=N)"
         )
     print(f"GRPO by fifths (first -> last): {fifths(log, group)}")
     print(f"CANDIDATE {choice.reason}")
