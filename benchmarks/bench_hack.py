@@ -259,8 +259,8 @@ def main() -> None:
 def plant_without_battery(ws: Any) -> str:
     """Record the planted file in ``ws`` as ``campflow import bootcamp`` records a checked file, but with no
     check run (the battery among them: that is the plant); returns its name."""
-    from campflow.bootcamps.adapters import ImportSpec, register_import
-    from campflow.bootcamps.adapters.authored import CLASS_OPTION, HASH_OPTION, build_own, source_sha256
+    from campflow.sources import ImportSpec, register_import
+    from campflow.sources.authored import CLASS_OPTION, HASH_OPTION, build_own, source_sha256
     from campflow.storage.imports import record
 
     options = {HASH_OPTION: source_sha256(PLANTED.read_text(encoding="utf-8")), CLASS_OPTION: PLANTED_CLASS}

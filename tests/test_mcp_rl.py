@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from campflow.bootcamps.adapters import ImportSpec, register_import
 from campflow.config import load_config
 from campflow.mcp.tasks import McpTaskParams
+from campflow.sources import ImportSpec, register_import
 from campflow.storage.store import Store
 from campflow.training.base import ensure_base
 from tests.conftest import REPO
