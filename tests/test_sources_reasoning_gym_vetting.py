@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from campflow.errors import ImportSourceError
 from campflow.rollout.engine import EpisodeSpec, run_episodes
 from campflow.rollout.episode import Termination
 from campflow.sources import ImportSpec, build_bootcamp
+from campflow.sources.probes import ChildClock
 from campflow.storage.imports import import_bootcamp, recorded
 from tests.conftest import run_cli
 from tests.policies import WrongAnswerPolicy
@@ -122,6 +124,36 @@ def test_a_level_that_never_finishes_generating_is_dropped(store) -> None:
     spec, b, notes = imported(store, "puzzle24", level_seconds=5)
     assert "level 4 dropped: did not finish generating 4 instances in 5 s" in notes
     assert spec.options["curriculum_levels"] == [0, 1, 2] and sorted(b.levels) == [1, 2, 3]
+
+
+SPIN = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {s}: pass\n"
+
+
+def _pinned(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: os.sched_setaffinity(0, {0}))
+
+
+def test_a_levels_clock_does_not_count_the_time_it_waits_behind_other_work() -> None:
+    """The level budget is the child's own time: a child sharing one CPU with a busy neighbour gets at most
+    about half of the wall time on its clock, while a child that sleeps (blocked, as a hung generator can be)
+    gets all of it, so a level is dropped for its own slowness, never for a loaded machine's."""
+    neighbour = _pinned(SPIN.format(s=8))
+    try:
+        spinner = _pinned(SPIN.format(s=3))
+        clock, start = ChildClock(spinner.pid), time.monotonic()
+        while spinner.poll() is None:
+            own, wall = clock.seconds(), time.monotonic() - start
+            time.sleep(0.05)
+        assert wall > 2 and own < 0.8 * wall, (own, wall)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    clock, start = ChildClock(sleeper.pid), time.monotonic()
+    while sleeper.poll() is None:
+        own, wall = clock.seconds(), time.monotonic() - start
+        time.sleep(0.05)
+    assert own > 0.6 * wall and wall > 1, (own, wall)
 
 
 def test_reference_answers_that_fail_their_own_scorer_are_never_submitted_by_the_oracle(store) -> None:

@@ -139,8 +139,9 @@ def probe_in_processes(
 
     ``reverse`` generates levels and seeds in the opposite order (so state a source keeps between
     instances shows). A level that runs past ``level_seconds`` kills the child and is reported as timed
-    out; a new child carries on with the levels left. Raises ImportSourceError when a child cannot even
-    build the bootcamp.
+    out; a new child carries on with the levels left. The seconds are the child's own (:class:`ChildClock`):
+    time it spends waiting for a busy CPU does not count, so a level is not dropped because other work shares
+    the machine. Raises ImportSourceError when a child cannot even build the bootcamp.
     """
     remaining = list(levels)
     results: dict[int, LevelProbe] = {}
@@ -179,12 +180,14 @@ def _run_child(plan: dict[str, Any], hash_seed: str, level_seconds: float) -> li
         proc.stdin.write(json.dumps(plan))
         proc.stdin.close()
         found: list[LevelProbe] = []
-        current, deadline = None, time.monotonic() + STARTUP_SECONDS
+        current, clock, budget = None, ChildClock(proc.pid), STARTUP_SECONDS
         try:
             while True:
                 try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    line = lines.get(timeout=min(_POLL_S, max(0.0, budget - clock.seconds())))
                 except queue.Empty:
+                    if clock.seconds() < budget:
+                        continue
                     if current is None:
                         raise ImportSourceError(
                             f"{plan['spec']['source']}: building it in a fresh process took "
@@ -202,10 +205,10 @@ def _run_child(plan: dict[str, Any], hash_seed: str, level_seconds: float) -> li
                     break
                 event = json.loads(line)
                 if "start" in event:
-                    current, deadline = event["start"], time.monotonic() + level_seconds
+                    current, clock, budget = event["start"], ChildClock(proc.pid), level_seconds
                 elif "probe" in event:
                     found.append(LevelProbe.from_json(event["probe"]))
-                    current, deadline = None, time.monotonic() + level_seconds
+                    current, clock, budget = None, ChildClock(proc.pid), level_seconds
                 elif "fatal" in event:
                     raise ImportSourceError(event["fatal"])
         finally:
@@ -225,6 +228,34 @@ def _run_child(plan: dict[str, Any], hash_seed: str, level_seconds: float) -> li
                 f"{proc.returncode}): {' '.join(stderr.read().split()[-30:])}"[:400]
             )
         return found
+
+
+_POLL_S = 0.25  # how often the parent looks at the child's clock while no line comes
+
+
+class ChildClock:
+    """Seconds a child process has had since this clock started: wall time less the time its main thread
+    spent runnable but waiting for a CPU (``/proc/PID/schedstat``'s run-queue wait). A generator that loops
+    forever or blocks (on a lock, a socket, a sleep) uses up its budget as it would on an idle machine; one that
+    only waits behind other work on a loaded machine does not. Where the kernel keeps no schedstat, wall time.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self._path = f"/proc/{pid}/schedstat"
+        self._wall0 = time.monotonic()
+        self._queued0 = self._queued()
+
+    def _queued(self) -> float:
+        try:
+            with open(self._path) as f:
+                return int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):  # no schedstat here, or the child has exited
+            return 0.0
+
+    def seconds(self) -> float:
+        queued = self._queued()
+        waited = queued - self._queued0 if queued >= self._queued0 else 0.0
+        return max(0.0, time.monotonic() - self._wall0 - waited)
 
 
 def _read_lines(stream: Any, lines: queue.Queue[str | None]) -> None:
