@@ -4,12 +4,16 @@
    variant (the battery on a variant's first two instances, as validation plays it).
 2. Per reasoning-gym dataset: built and vetted in this process as ``campflow import reasoning-gym NAME
    --no-process-check`` does, then the battery on every level; the share it flags, each with its exploit.
-3. InternBootcamp trial classes (``benchmarks/trial_imports.py``): only where the checkout is installed
-   (``$CAMPFLOW_INTERNBOOTCAMP``); otherwise said so.
+3. The 23 InternBootcamp trial classes of ``benchmarks/trial_imports.py`` (every 50th class plus
+   Game24bootcamp, by file, with their level files where the checkout has them), built and vetted the
+   same way: only where a checkout is importable (``--internbootcamp PATH`` or
+   ``$CAMPFLOW_INTERNBOOTCAMP``; its requirements installed); otherwise said so.
 
-Each source gets ``--seconds`` (SIGALRM) before it counts as "timed out".
+A source the import refuses before the battery (it cannot be built offline, its generator fails, its
+scorer gives nonsense full marks) is listed with the reason and left out of the share. Each source gets
+``--seconds`` (SIGALRM) before it counts as "timed out". The ``SHARE`` lines are the figures to quote.
 
-Run: python benchmarks/bench_integrity.py [--seeds 2] [--datasets 20] [--only gcd,jugs]
+Run: python benchmarks/bench_integrity.py [--seeds 2] [--datasets 20] [--only gcd,jugs] [--internbootcamp PATH]
 """
 
 from __future__ import annotations
@@ -57,14 +61,16 @@ def builtin_costs(seeds: int) -> None:
         )
 
 
-def flagged(adapter: str, sources: list[str], seconds: float) -> None:
-    """The share of ``sources`` whose verifier the battery flags, each with its exploit."""
+def flagged(adapter: str, sources: list[tuple[str, str, dict]], seconds: float) -> None:
+    """The share of ``sources`` (label, source, import options) whose verifier the battery flags, each with
+    its exploit."""
     signal.signal(signal.SIGALRM, _alarm)
     outcomes: Counter[str] = Counter()
     flags = []
     t_all = time.perf_counter()
-    for source in sources:
-        spec = ImportSpec(name=f"bench-{source}".replace("_", "-").lower()[:60], adapter=adapter, source=source)
+    for label, source, options in sources:
+        name = f"bench-{label}".replace("_", "-").lower()[:60]
+        spec = ImportSpec(name=name, adapter=adapter, source=source, options=options)
         signal.alarm(int(seconds))
         try:
             bootcamp = build_bootcamp(spec)
@@ -75,27 +81,38 @@ def flagged(adapter: str, sources: list[str], seconds: float) -> None:
             took = time.perf_counter() - t0
         except _TimedOut:
             outcomes["timed out"] += 1
+            print(f"  {label}: not played: timed out after {seconds:g} s")
             continue
         except Exception as exc:  # noqa: BLE001 -- a source the import refuses is counted as such
             outcomes["refused by the import's vetting"] += 1
-            print(f"  {source}: not vetted: {str(exc)[:150]}")
+            print(f"  {label}: not played: the import refuses it: {' '.join(str(exc).split())[:200]}")
             continue
         finally:
             signal.alarm(0)
         if report.passed:
             outcomes["passed the battery"] += 1
-            print(f"  {source}: passed ({took:.2f} s)")
+            print(f"  {label}: passed ({took:.2f} s)")
         else:
             outcomes["flagged by the battery"] += 1
             exploits = Counter(p.exploit.split(":")[0] for p in report.hacks)
-            flags.append((source, exploits, report.hacks[0].says(), took))
-            print(f"  {source}: FLAGGED ({took:.2f} s)")
+            full = [p for p in report.hacks if p.verdict != "over_bound"]  # full marks or a scorer error
+            flags.append((label, exploits, (full or report.hacks)[0].says(), took, bool(full)))
+            print(f"  {label}: FLAGGED ({took:.2f} s)")
     total = sum(outcomes.values())
     print(f"{adapter}: {total} sources in {time.perf_counter() - t_all:.0f} s")
     for what, n in outcomes.most_common():
         print(f"  {what}: {n} ({n / total:.0%})")
-    for source, exploits, first, took in flags:
-        print(f"  FLAGGED {source} ({took:.2f} s): exploits {dict(exploits)}; first: {first[:260]}")
+    played = outcomes["flagged by the battery"] + outcomes["passed the battery"]
+    full = sum(f[4] for f in flags)
+    print(
+        f"SHARE {adapter}: the battery flags {len(flags)} of {played} verifiers it played "
+        f"({len(flags) / max(1, played):.0%}): {full} with full marks or a scorer error (an import refuses "
+        f"them), {len(flags) - full} with partial credit above the bound only; {total} sources tried, "
+        f"{total - played} not played (listed above)"
+    )
+    for label, exploits, first, took, whole in flags:
+        kind = "full marks" if whole else "partial credit"
+        print(f"  FLAGGED {label} ({kind}, {took:.2f} s): exploits {dict(exploits)}; first: {first[:260]}")
 
 
 def main() -> None:
@@ -104,26 +121,34 @@ def main() -> None:
     parser.add_argument("--datasets", type=int, default=0, help="first N reasoning-gym datasets (0: all)")
     parser.add_argument("--only", default="", help="comma-separated reasoning-gym datasets")
     parser.add_argument("--seconds", type=float, default=60.0, help="per source, before it counts as timed out")
+    parser.add_argument(
+        "--internbootcamp",
+        default=os.environ.get("CAMPFLOW_INTERNBOOTCAMP"),
+        help="an InternBootcamp checkout (default $CAMPFLOW_INTERNBOOTCAMP)",
+    )
+    parser.add_argument("--skip-builtin", action="store_true", help="leave out the built-in costs")
+    parser.add_argument("--skip-reasoning-gym", action="store_true", help="leave out reasoning-gym")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # each source's line as it is measured, also into a log
-    builtin_costs(args.seeds)
-    import reasoning_gym
-
-    names = sorted(reasoning_gym.factory.DATASETS)
-    if args.only:
-        names = [n for n in names if n in set(args.only.split(","))]
-    elif args.datasets:
-        names = names[: args.datasets]
-    flagged("reasoning-gym", names, args.seconds)
-    checkout = os.environ.get("CAMPFLOW_INTERNBOOTCAMP")
-    if not checkout or not Path(checkout).is_dir():
-        print("internbootcamp: not measured: no checkout ($CAMPFLOW_INTERNBOOTCAMP) on this machine")
-        return
+    if not args.skip_builtin:
+        builtin_costs(args.seeds)
     sys.path.insert(0, str(Path(__file__).parent))
-    from trial_imports import _internbootcamp_items
+    from trial_imports import _internbootcamp_items, _reasoning_gym_items
 
-    items = _internbootcamp_items(Path(checkout), 50, dotted=True, levels=False)
-    flagged("internbootcamp", [i["source"] for i in items], args.seconds)
+    if not args.skip_reasoning_gym:
+        items = [(i["label"], i["source"], i["options"]) for i in _reasoning_gym_items()]  # composite's options
+        if args.only:
+            items = [i for i in items if i[0] in set(args.only.split(","))]
+        elif args.datasets:
+            items = items[: args.datasets]
+        flagged("reasoning-gym", items, args.seconds)
+    checkout = args.internbootcamp
+    if not checkout or not Path(checkout).is_dir():
+        print("internbootcamp: not measured: no checkout (--internbootcamp or $CAMPFLOW_INTERNBOOTCAMP) here")
+        return
+    sys.path.insert(0, str(Path(checkout).absolute()))  # the classes import their package
+    items = _internbootcamp_items(Path(checkout).absolute(), 50, dotted=False, levels=True)
+    flagged("internbootcamp", [(i["label"].split()[0], i["source"], i.get("options", {})) for i in items], args.seconds)
 
 
 if __name__ == "__main__":
