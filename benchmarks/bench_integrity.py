@@ -10,8 +10,9 @@
    ``$CAMPFLOW_INTERNBOOTCAMP``; its requirements installed); otherwise said so.
 
 A source the import refuses before the battery (it cannot be built offline, its generator fails, its
-scorer gives nonsense full marks) is listed with the reason and left out of the share. Each source gets
-``--seconds`` (SIGALRM) before it counts as "timed out". The ``SHARE`` lines are the figures to quote.
+scorer gives nonsense full marks) is listed with the reason and left out of the share. Each source runs in
+a process of its own, killed after ``--seconds`` ("timed out", with the stage it was in). The ``SHARE``
+lines are the figures to quote.
 
 Run: python benchmarks/bench_integrity.py [--seeds 2] [--datasets 20] [--only gcd,jugs] [--internbootcamp PATH]
 """
@@ -19,8 +20,9 @@ Run: python benchmarks/bench_integrity.py [--seeds 2] [--datasets 20] [--only gc
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -31,14 +33,6 @@ from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.bootcamps.adapters.vetting import vet_import
 from campflow.integrity.battery import run_battery
 from campflow.synthesis.validate import variant_seeds
-
-
-class _TimedOut(Exception):
-    pass
-
-
-def _alarm(_signum: int, _frame: object) -> None:
-    raise _TimedOut
 
 
 def builtin_costs(seeds: int) -> None:
@@ -63,40 +57,31 @@ def builtin_costs(seeds: int) -> None:
 
 def flagged(adapter: str, sources: list[tuple[str, str, dict]], seconds: float) -> None:
     """The share of ``sources`` (label, source, import options) whose verifier the battery flags, each with
-    its exploit."""
-    signal.signal(signal.SIGALRM, _alarm)
+    its exploit. Each source is built, vetted and played in a process of its own, killed past ``seconds``
+    (a scorer stuck in C code, a regex on a 100 KB answer, is beyond any signal), so no source's state
+    reaches the next."""
     outcomes: Counter[str] = Counter()
     flags = []
     t_all = time.perf_counter()
     for label, source, options in sources:
-        name = f"bench-{label}".replace("_", "-").lower()[:60]
-        spec = ImportSpec(name=name, adapter=adapter, source=source, options=options)
-        signal.alarm(int(seconds))
-        try:
-            bootcamp = build_bootcamp(spec)
-            vetted = vet_import(spec, bootcamp, cross_process=False)
-            bootcamp = build_bootcamp(vetted) if vetted != spec else bootcamp
-            t0 = time.perf_counter()
-            report = run_battery(bootcamp, seeds=(0,))
-            took = time.perf_counter() - t0
-        except _TimedOut:
+        task = {"adapter": adapter, "label": label, "source": source, "options": options}
+        result, stages = _in_worker(task, seconds)
+        if result is None:
+            where = stages[-1] if stages else "starting"
             outcomes["timed out"] += 1
-            print(f"  {label}: not played: timed out after {seconds:g} s")
+            print(f"  {label}: not played to the end: killed after {seconds:g} s in {where}")
             continue
-        except Exception as exc:  # noqa: BLE001 -- a source the import refuses is counted as such
+        if "refused" in result:
             outcomes["refused by the import's vetting"] += 1
-            print(f"  {label}: not played: the import refuses it: {' '.join(str(exc).split())[:200]}")
+            print(f"  {label}: not played: the import refuses it: {result['refused'][:200]}")
             continue
-        finally:
-            signal.alarm(0)
-        if report.passed:
+        took = result["took"]
+        if not result["hacks"]:
             outcomes["passed the battery"] += 1
             print(f"  {label}: passed ({took:.2f} s)")
         else:
             outcomes["flagged by the battery"] += 1
-            exploits = Counter(p.exploit.split(":")[0] for p in report.hacks)
-            full = [p for p in report.hacks if p.verdict != "over_bound"]  # full marks or a scorer error
-            flags.append((label, exploits, (full or report.hacks)[0].says(), took, bool(full)))
+            flags.append((label, result["exploits"], result["first"], took, result["full"]))
             print(f"  {label}: FLAGGED ({took:.2f} s)")
     total = sum(outcomes.values())
     print(f"{adapter}: {total} sources in {time.perf_counter() - t_all:.0f} s")
@@ -115,6 +100,63 @@ def flagged(adapter: str, sources: list[tuple[str, str, dict]], seconds: float) 
         print(f"  FLAGGED {label} ({kind}, {took:.2f} s): exploits {dict(exploits)}; first: {first[:260]}")
 
 
+def _in_worker(task: dict, seconds: float) -> tuple[dict | None, list[str]]:
+    """Run :func:`_work` on ``task`` in a child process; (its result or None when killed, the stages it began)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker"],
+            input=json.dumps(task),
+            capture_output=True,
+            text=True,
+            timeout=seconds,
+        )
+        out, killed = done.stdout, False
+    except subprocess.TimeoutExpired as exc:
+        out, killed = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), True
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    stages = [line["stage"] for line in lines if "stage" in line]
+    results = [line for line in lines if "stage" not in line]
+    if killed or not results:
+        if not killed:  # it died: say so as a refusal with its last words
+            return {"refused": f"the worker died: {' '.join(done.stderr.split()[-30:])}"}, stages
+        return None, stages
+    return results[-1], stages
+
+
+def _work(task: dict) -> dict:
+    """Build, vet (as ``campflow import ... --no-process-check``) and battery-test one source, per level."""
+    real = sys.stdout
+    sys.stdout = sys.stderr  # what the source prints stays off the protocol
+
+    def stage(what: str) -> None:
+        real.write(json.dumps({"stage": what}) + "\n")
+        real.flush()
+
+    name = f"bench-{task['label']}".replace("_", "-").lower()[:60]
+    spec = ImportSpec(name=name, adapter=task["adapter"], source=task["source"], options=task["options"])
+    try:
+        stage("building and vetting")
+        bootcamp = build_bootcamp(spec)
+        vetted = vet_import(spec, bootcamp, cross_process=False)
+        bootcamp = build_bootcamp(vetted) if vetted != spec else bootcamp
+    except Exception as exc:  # noqa: BLE001 -- a source the import refuses is counted as such
+        return {"refused": " ".join(str(exc).split())}
+    t0 = time.perf_counter()
+    hacks = []
+    for level in sorted(bootcamp.levels):
+        stage(f"the battery, level {level}")
+        hacks += run_battery(bootcamp, levels=[level], seeds=(0,)).hacks
+    took = time.perf_counter() - t0
+    full = [p for p in hacks if p.verdict != "over_bound"]  # full marks or a scorer error
+    return {
+        "took": took,
+        "hacks": len(hacks),
+        "exploits": dict(Counter(p.exploit.split(":")[0] for p in hacks)),
+        "first": (full or hacks)[0].says() if hacks else "",
+        "full": bool(full),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=2, help="instances per level for the built-in costs")
@@ -128,7 +170,11 @@ def main() -> None:
     )
     parser.add_argument("--skip-builtin", action="store_true", help="leave out the built-in costs")
     parser.add_argument("--skip-reasoning-gym", action="store_true", help="leave out reasoning-gym")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(_work(json.loads(sys.stdin.read()))), file=sys.__stdout__)
+        return
     sys.stdout.reconfigure(line_buffering=True)  # each source's line as it is measured, also into a log
     if not args.skip_builtin:
         builtin_costs(args.seeds)
