@@ -55,7 +55,9 @@ _ANSWER_CHARS = 200
 def brief(bootcamp: Bootcamp, instance: Instance) -> str:
     """What the model is told before the task's own system message: the task, the tools, the goal."""
     tools = "; ".join(
-        f"`{t.name}`" + (" (ends the episode)" if t.final else "") + f": {t.description.strip().splitlines()[0]}"
+        f"`{t.name}`"
+        + (" (ends the episode)" if t.final else "")
+        + f": {(t.description.strip() or '-').splitlines()[0]}"
         for t in bootcamp.tools(instance)
     )
     return (
