@@ -152,7 +152,7 @@ def _work(task: dict) -> dict:
         "took": took,
         "hacks": len(hacks),
         "exploits": dict(Counter(p.exploit.split(":")[0] for p in hacks)),
-        "first": (full or hacks)[0].says() if hacks else "",
+        "first": " ".join((full or hacks)[0].says().split()) if hacks else "",  # one line, whatever the answer
         "full": bool(full),
     }
 
