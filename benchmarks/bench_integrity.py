@@ -31,7 +31,7 @@ from pathlib import Path
 from campflow.bootcamps import registry
 from campflow.bootcamps.adapters import ImportSpec, build_bootcamp
 from campflow.bootcamps.adapters.vetting import vet_import
-from campflow.integrity.battery import run_battery
+from campflow.integrity.battery import oracle_plan, run_battery
 from campflow.synthesis.validate import variant_seeds
 
 
@@ -62,6 +62,7 @@ def flagged(adapter: str, sources: list[tuple[str, str, dict]], seconds: float) 
     reaches the next."""
     outcomes: Counter[str] = Counter()
     flags = []
+    blind = 0  # passed, yet rewarded a probe it could not judge (no reference answer to compare with)
     t_all = time.perf_counter()
     for label, source, options in sources:
         task = {"adapter": adapter, "label": label, "source": source, "options": options}
@@ -78,7 +79,12 @@ def flagged(adapter: str, sources: list[tuple[str, str, dict]], seconds: float) 
         took = result["took"]
         if not result["hacks"]:
             outcomes["passed the battery"] += 1
-            print(f"  {label}: passed ({took:.2f} s)")
+            unjudged = result["verdicts"].get("no_oracle", 0)
+            blind += unjudged > 0
+            print(
+                f"  {label}: passed ({took:.2f} s; the oracle solves {result['solved']} of {result['levels']} "
+                f"levels; probes {result['verdicts']})"
+            )
         else:
             outcomes["flagged by the battery"] += 1
             flags.append((label, result["exploits"], result["first"], took, result["full"]))
@@ -95,6 +101,10 @@ def flagged(adapter: str, sources: list[tuple[str, str, dict]], seconds: float) 
         f"them), {len(flags) - full} with partial credit above the bound only; {total} sources tried, "
         f"{total - played} not played (listed above)"
     )
+    if blind:
+        print(
+            f"  of those passed, {blind} rewarded a probe the battery could not judge (no reference answer: no_oracle)"
+        )
     for label, exploits, first, took, whole in flags:
         kind = "full marks" if whole else "partial credit"
         print(f"  FLAGGED {label} ({kind}, {took:.2f} s): exploits {dict(exploits)}; first: {first[:260]}")
@@ -142,10 +152,13 @@ def _work(task: dict) -> dict:
     except Exception as exc:  # noqa: BLE001 -- a source the import refuses is counted as such
         return {"refused": " ".join(str(exc).split())}
     t0 = time.perf_counter()
-    hacks = []
+    hacks, verdicts, solved = [], Counter(), 0
     for level in sorted(bootcamp.levels):
         stage(f"the battery, level {level}")
-        hacks += run_battery(bootcamp, levels=[level], seeds=(0,)).hacks
+        solved += oracle_plan(bootcamp, bootcamp.generate(level, 0))[1] is not None
+        report = run_battery(bootcamp, levels=[level], seeds=(0,))
+        hacks += report.hacks
+        verdicts.update(p.verdict for p in report.probes)
     took = time.perf_counter() - t0
     full = [p for p in hacks if p.verdict != "over_bound"]  # full marks or a scorer error
     return {
@@ -154,6 +167,9 @@ def _work(task: dict) -> dict:
         "exploits": dict(Counter(p.exploit.split(":")[0] for p in hacks)),
         "first": " ".join((full or hacks)[0].says().split()) if hacks else "",  # one line, whatever the answer
         "full": bool(full),
+        "solved": solved,
+        "levels": len(bootcamp.levels),
+        "verdicts": dict(verdicts),  # no_oracle: probes it could not judge (the source has no reference answer)
     }
 
 
