@@ -617,6 +617,32 @@ class ServingConfig(Section):
     )
 
 
+class HackerConfig(Section):
+    """The adversarial pass (``integrity.hacker``): a model told to earn reward without solving the task,
+    played wherever the hack battery runs (:mod:`campflow.integrity.hacker`). Off while ``model`` is unset."""
+
+    model: str | None = Field(None, description="endpoint model name; unset: no adversarial pass")
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the API key, if any")
+    episodes: int = Field(4, ge=1, le=10_000, description="episodes per level (per variant: over its instances)")
+    temperature: float = Field(1.0, ge=0, le=2, description="sampling temperature (varied tries find more)")
+    max_tokens: int = Field(1024, ge=1, le=1_000_000, description="completion tokens per turn")
+    timeout: float = Field(120.0, gt=0, description="seconds per request before it is retried")
+    max_retries: int = Field(2, ge=0, le=20, description="retries (with backoff) before the pass fails")
+    concurrency: int = Field(8, ge=1, le=1024, description="episodes in flight")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the pass runs (a model is configured)."""
+        return bool(self.model)
+
+
+class IntegrityConfig(Section):
+    """Reward integrity: what tests a verifier before it enters the loop, beside the hack battery."""
+
+    hacker: HackerConfig = Field(default_factory=HackerConfig, description="the adversarial pass with a model")
+
+
 class CampflowConfig(Section):
     """The whole configuration."""
 
@@ -630,6 +656,7 @@ class CampflowConfig(Section):
     improve: ImproveConfig = Field(default_factory=ImproveConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
     author: AuthorConfig = Field(default_factory=AuthorConfig)
+    integrity: IntegrityConfig = Field(default_factory=IntegrityConfig)
 
 
 def load_config(

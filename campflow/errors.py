@@ -130,3 +130,8 @@ class BootcampCheckError(CampflowError):
     def __init__(self, message: str, report: object = None) -> None:
         super().__init__(message)
         self.report = report
+
+
+class IntegrityError(CampflowError):
+    """The adversarial pass (``integrity.hacker``) could not play its episodes: its endpoint failed or an
+    episode ran out of time. A verifier it did not play is not called sound."""

@@ -2,7 +2,9 @@
 
 Round 1 sends the system prompt (:mod:`campflow.authoring.prompt`) and the task; each later round, up
 to ``author.rounds`` of them, sends what failed with its evidence. A module is judged by the contract in
-sandboxed processes (:mod:`campflow.authoring.contract_run`); this process never imports it. The first
+sandboxed processes (:mod:`campflow.authoring.contract_run`); this process imports it only where
+``integrity.hacker`` names a model and every sandboxed check held, to play the model's adversarial pass
+on it (the sandbox has no network; an accepted module runs here anyway). The first
 module to pass every check is accepted: recorded in ``imported_bootcamps`` with adapter ``authored``
 (its file and source hash), so every command and flow resolves it by name through the workspace. When
 the rounds are spent the attempt is rejected and its modules stay in the workspace with the reasons.
@@ -20,15 +22,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from campflow.authoring import prompt
-from campflow.authoring.contract_run import ContractReport, Verdict, run_contract
+from campflow.authoring.contract_run import ContractReport, Verdict, add_hacker_verdicts, run_contract
 from campflow.authoring.examples import read_examples
 from campflow.authoring.records import Attempt, new_attempt_id, record_verdicts, save_module
 from campflow.bootcamps.base import format_validation_error
 from campflow.config import AuthorLLMConfig, CampflowConfig
 from campflow.errors import AuthoringError, ConfigError, PolicyError
 from campflow.sources import ImportSpec, default_name, register_import
-from campflow.sources.authored import HASH_OPTION, authored_version
+from campflow.sources.authored import HASH_OPTION, authored_version, build
 from campflow.storage.imports import check_name_free, record
+from campflow.storage.probes import record_probes
 from campflow.storage.workspace import Workspace
 
 
@@ -124,7 +127,7 @@ def author_bootcamp(
         for number in range(1, (cfg.author.rounds if rounds is None else rounds) + 2):
             reply = ask(llm, messages)
             messages.append({"role": "assistant", "content": reply})
-            judged, report = _judge(reply, number, name, examples_list, cfg, ws.path)
+            judged, report = _judge(reply, number, name, examples_list, cfg, ws)
             result.rounds.append(judged)
             result.info = report.info if report is not None else result.info
             attempt.rounds, attempt.source_sha256 = number, judged.sha256 or attempt.source_sha256
@@ -180,15 +183,19 @@ def ask(llm: AuthorLLMConfig, messages: list[dict[str, Any]]) -> str:
 
 
 def _judge(
-    reply: str, number: int, name: str, examples: list[dict[str, Any]], cfg: CampflowConfig, workspace: Path
+    reply: str, number: int, name: str, examples: list[dict[str, Any]], cfg: CampflowConfig, ws: Workspace
 ) -> tuple[AuthorRound, ContractReport | None]:
     source, problem = prompt.read_module(reply)
     if source is None:
         return AuthorRound(number, None, [Verdict("reply", None, False, problem)]), None
-    path = save_module(workspace, name, source)
+    path = save_module(ws.path, name, source)
     report = run_contract(
         source, name=name, examples=examples, instances=cfg.author.instances, limits=cfg.author.sandbox
     )
+    spec = ImportSpec(name=name, adapter="authored", source=str(path), options={HASH_OPTION: report.sha256})
+    add_hacker_verdicts(report, lambda: build(spec), cfg.integrity.hacker)
+    if report.probes:  # the adversarial pass's episodes, with their transcripts, whether or not they refused it
+        record_probes(ws.store, report.probes, subject=name, source="author")
     return AuthorRound(number, report.sha256, [Verdict("reply", None, True), *report.verdicts], path), report
 
 

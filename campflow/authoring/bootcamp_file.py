@@ -3,7 +3,8 @@
 ``campflow bootcamps check FILE.py[:Class]`` (:func:`check_bootcamp`, ``campflow.check``) runs the
 contract on the file in the same two sandboxed processes ``campflow author`` uses
 (:func:`~campflow.authoring.contract_run.run_contract`), with no model involved, plus the
-demonstrator's grounding on every level. A built-in name (``campflow bootcamps check calculator``) is
+demonstrator's grounding on every level; where ``integrity.hacker`` names a model, its adversarial pass
+follows in this process once every sandboxed check held (check ``hacker``). A built-in name (``campflow bootcamps check calculator``) is
 checked the same way, built from the registry inside the sandbox.
 
 ``campflow import bootcamp FILE.py[:Class]`` (:func:`import_own_bootcamp`) runs the same checks and,
@@ -23,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from campflow.authoring.checks import MODULE_FILE
-from campflow.authoring.contract_run import ContractReport, Verdict, run_contract
+from campflow.authoring.contract_run import ContractReport, Verdict, add_hacker_verdicts, run_contract
 from campflow.bootcamps import registry
+from campflow.bootcamps.base import Bootcamp
 from campflow.config import CampflowConfig, load_config
 from campflow.errors import BootcampCheckError, ImportSourceError
 from campflow.sources import ImportSpec
@@ -178,6 +180,7 @@ def check_bootcamp(target: str, *, cfg: CampflowConfig | None = None, instances:
         class_name=file.class_name,
         builtin=file.path is None,
     )
+    add_hacker_verdicts(report, lambda: _build(file), cfg.integrity.hacker)
     shown = file.path.name if file.path is not None else file.target
     for v in report.verdicts:  # the sandbox's name for the module is the user's file
         v.reason = v.reason.replace(MODULE_FILE, shown)
@@ -238,8 +241,22 @@ def import_own_bootcamp(
 
     spec = spec.model_copy(update={"version": build_own(spec).version})
     record(ws.store, spec)
+    if report.contract.probes:  # the adversarial pass's episodes, with their transcripts
+        from campflow.storage.probes import record_probes
+
+        record_probes(ws.store, report.contract.probes, subject=spec.name, source="import")
     register_import(spec, replace=True)
     return spec, report
+
+
+def _build(file: BootcampFile) -> Bootcamp:
+    """The bootcamp of ``file`` in this process, as an import of it will build it."""
+    if file.path is None:
+        return registry.make(file.name)
+    from campflow.sources.authored import build_own
+
+    options: dict[str, object] = {HASH_OPTION: file.sha256, CLASS_OPTION: file.class_name}
+    return build_own(_spec(file.name, str(file.path), options))
 
 
 def _spec(name: str, source: str, options: dict[str, object]) -> ImportSpec:

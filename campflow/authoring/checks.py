@@ -19,6 +19,9 @@ check               passes when
 ``battery``         per level, the hack battery (:mod:`campflow.integrity.battery`): no scripted
                     non-solution (empty, echoed, several answers, type confusion, boundary tool
                     arguments, no submit, the oracle's path perturbed) scores above the bound
+``hacker``          per level, only where ``integrity.hacker`` names a model, and run by the parent
+                    after every other check held (the sandbox has no network): the model's adversarial
+                    pass (:mod:`campflow.integrity.hacker`) wins no episode the oracle disputes
 ``grounded``        per level, only with ``plan["grounding"]`` (``campflow bootcamps check``): the
                     demonstrator, played with a transcript as the engine builds one, passes only what
                     was shown before each call, never ends wrong and solves 90% of the instances
@@ -63,6 +66,7 @@ CHECKS: tuple[str, ...] = (
     "oracle",
     "wrong_answer",
     "battery",
+    "hacker",
     "grounded",
     "examples",
     "across_processes",
@@ -72,9 +76,11 @@ LEVEL_CHECKS = (  # one verdict per level
     "oracle",
     "wrong_answer",
     "battery",
+    "hacker",
     "grounded",
     "across_processes",
 )
+PARENT_CHECKS = ("reply", "hacker", "across_processes")  # judged outside the sandboxed process
 MODULE_FILE = "module.py"  # the module's name in its sandbox folder
 EVIDENCE_CHARS = 1500
 

@@ -14,14 +14,18 @@ process died inside an earlier check).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from campflow.authoring.checks import CHECKS, LEVEL_CHECKS
+from campflow.authoring.checks import CHECKS, LEVEL_CHECKS, PARENT_CHECKS
 from campflow.authoring.sandbox import ChildRun, run_confined
-from campflow.config import SandboxConfig
+from campflow.bootcamps.base import Bootcamp
+from campflow.config import HackerConfig, SandboxConfig
+from campflow.errors import IntegrityError
+from campflow.integrity.battery import BatteryReport, Probe
+from campflow.integrity.hacker import run_hacker
 from campflow.sources.authored import source_sha256
 from campflow.sources.vetting import HASH_SEEDS, nondeterminism_cause
 
@@ -52,6 +56,7 @@ class ContractReport:
     verdicts: list[Verdict]
     info: dict[str, Any] = field(default_factory=dict)
     isolation: tuple[str, ...] = ()
+    probes: list[Probe] = field(default_factory=list)  # the adversarial pass's episodes, where it ran
 
     @property
     def accepted(self) -> bool:
@@ -131,7 +136,7 @@ def _expected(levels: Sequence[int] | None, with_examples: bool, grounding: bool
     """(check, level) of every verdict a module gets (levels unknown: one per check)."""
     out: list[tuple[str, int | None]] = []
     for check in CHECKS:
-        if check == "reply" or check == "across_processes" or (check == "examples" and not with_examples):
+        if check in PARENT_CHECKS or (check == "examples" and not with_examples):
             continue
         if check == "grounded" and not grounding:
             continue
@@ -209,3 +214,38 @@ def _digests(run: ChildRun) -> dict[int, dict[int, str]]:
 def _in_check_order(verdicts: list[Verdict]) -> list[Verdict]:
     rank = {c: i for i, c in enumerate(CHECKS)}
     return sorted(verdicts, key=lambda v: (rank[v.check], v.level if v.level is not None else -1))
+
+
+def add_hacker_verdicts(report: ContractReport, build: Callable[[], Bootcamp], hacker: HackerConfig | None) -> None:
+    """The ``hacker`` check, per level, where ``hacker`` names a model: the adversarial pass
+    (:mod:`campflow.integrity.hacker`) on the bootcamp ``build`` makes in this process, only once every
+    sandboxed check held (the module then runs here as evaluation will run it); its episodes go to
+    ``report.probes``. Nothing where no model is configured."""
+    if hacker is None or not hacker.enabled:
+        return
+    levels = report.info.get("levels") or []
+    if not report.accepted:
+        report.verdicts += [Verdict("hacker", lv, None, "not run: an earlier check failed") for lv in levels or [None]]
+        report.verdicts[:] = _in_check_order(report.verdicts)
+        return
+    try:
+        played = run_hacker(build(), hacker)
+    except IntegrityError as exc:
+        report.verdicts += [Verdict("hacker", lv, False, str(exc)) for lv in levels]
+    else:
+        report.probes = played.probes
+        for level in levels:
+            hacks = [p for p in played.hacks if p.level == level]
+            if not hacks:
+                report.verdicts.append(Verdict("hacker", level, True))
+                continue
+            first = hacks[0]
+            evidence = {"level": level, "seed": first.seed, "exploit": first.exploit, "answer": first.answer}
+            report.verdicts.append(Verdict("hacker", level, False, _level_refusal(played, hacks), evidence))
+    report.verdicts[:] = _in_check_order(report.verdicts)
+
+
+def _level_refusal(report: BatteryReport, hacks: list[Probe]) -> str:
+    """The battery's refusal line for one level's hacks."""
+    one = BatteryReport(report.bootcamp, report.bound, hacks, partial_refuses=report.partial_refuses)
+    return one.refusal()

@@ -259,6 +259,7 @@ def _import(
         cross_process=process_check,
         level_seconds=level_seconds,
         say=lambda note: console.print(f"note: {note}", markup=False),
+        hacker=cfg.integrity.hacker,
     )
     instance = bootcamp.generate(None, 0)
     tools = ", ".join(t.name for t in bootcamp.tools(instance))

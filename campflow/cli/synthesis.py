@@ -154,6 +154,7 @@ def synthesize(
             policy=current,
             bootcamps=names,
             rollout=RolloutSettings.from_config(cfg.rollout),
+            hacker=cfg.integrity.hacker,
         )
     console.print(
         table(

@@ -95,6 +95,7 @@ class Probe:
     termination: str
     verdict: str  # one of VERDICTS
     detail: str = ""
+    transcript: list[dict[str, Any]] | None = None  # the episode as played: kept for the model's tries (hacker)
 
     def says(self) -> str:
         """``type_nan on level 2 seed 0 (instance ab12): submitted {...}, reward 1.0``."""

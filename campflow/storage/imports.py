@@ -5,7 +5,8 @@ bootcamp (which validates the source), vets it (:mod:`campflow.sources.vetting`:
 generates in time, the same instance in two processes is the same task, the scorer rewards no nonsense;
 levels that fail are dropped), runs the hack battery on every level (:mod:`campflow.integrity.battery`:
 a verifier that rewards a scripted non-solution is refused, naming the exploit; the probes are recorded in
-``verifier_probes``), records the spec with the levels and version it saw, and registers it.
+``verifier_probes``) and, where ``integrity.hacker`` names a model, the adversarial pass
+(:mod:`campflow.integrity.hacker`), records the spec with the levels and version it saw, and registers it.
 :func:`register_recorded` loads them back; only the workspace calls it, the first time a name is not
 registered (:class:`campflow.storage.workspace.Workspace`).
 
@@ -21,8 +22,10 @@ from typing import Any
 
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp
+from campflow.config import HackerConfig
 from campflow.errors import ImportSourceError
 from campflow.integrity.battery import run_battery
+from campflow.integrity.hacker import run_hacker
 from campflow.sources import ImportSpec, build_bootcamp, register_import
 from campflow.sources.vetting import LEVEL_SECONDS, vet_import
 from campflow.storage.probes import record_probes
@@ -37,15 +40,19 @@ def import_bootcamp(
     cross_process: bool = True,
     level_seconds: float = LEVEL_SECONDS,
     say: Callable[[str], None] | None = None,
+    hacker: HackerConfig | None = None,
 ) -> tuple[ImportSpec, Bootcamp]:
     """Validate, vet, record and register one import; returns the recorded spec (version set) and the bootcamp.
 
     ``cross_process`` and ``level_seconds`` are the vetting's (run in two child processes, each level
-    under that time limit); ``say`` receives its notes, one line each.
+    under that time limit); ``say`` receives its notes, one line each. ``hacker`` (``integrity.hacker``,
+    where a model is set) adds the adversarial pass after the battery (:mod:`campflow.integrity.hacker`);
+    its episodes are recorded in ``verifier_probes`` with their transcripts, also when they refuse the source.
 
     Raises:
         ImportSourceError: the name is taken (pass ``replace=True`` to re-import an imported name), the
-            source cannot become a bootcamp, or the vetting refuses it.
+            source cannot become a bootcamp, or the vetting, the battery or the model's pass refuses it.
+        IntegrityError: the model's pass could not play (its endpoint failed).
     """
     check_name_free(spec.name, store, replace=replace)
     bootcamp = build_bootcamp(spec)
@@ -61,6 +68,12 @@ def import_bootcamp(
     if battery.over_bound and say is not None:
         top = max(battery.over_bound, key=lambda p: p.reward)
         say(f"the hack battery: non-solutions get partial credit up to {top.reward:g} ({top.says()})")
+    if hacker is not None and hacker.enabled:
+        played = run_hacker(bootcamp, hacker, partial_refuses=False)
+        battery.probes += played.probes
+        if not played.passed:  # the model's winning episodes are the evidence: kept, though nothing is imported
+            record_probes(store, played.probes, subject=spec.name, source="import")
+            raise ImportSourceError(f"{spec.adapter} source {spec.source!r}: {played.refusal()}; not imported")
     record(store, spec)
     record_probes(store, battery.probes, subject=spec.name, source="import")
     register_import(spec, replace=True)

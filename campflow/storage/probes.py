@@ -1,7 +1,8 @@
 """The hack battery's probes on record: one ``verifier_probes`` row per exploit played on an instance.
 
 ``SELECT subject, exploit, count(*) FROM verifier_probes WHERE verdict = 'hack' GROUP BY ALL`` answers
-which verifiers were refused and by what; ``campflow sql`` reads it like any table.
+which verifiers were refused and by what; ``campflow sql`` reads it like any table. The adversarial pass's
+episodes (:mod:`campflow.integrity.hacker`, exploit ``model:...``) keep their transcript beside them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from campflow.integrity.battery import Probe
+from campflow.serialization import to_json
 from campflow.storage.store import Store, now
 
 
@@ -33,6 +35,9 @@ def probes_table(probes: Sequence[Probe], *, subject: str, source: str) -> pa.Ta
             "termination": pa.array([p.termination for p in probes], pa.string()),
             "verdict": pa.array([p.verdict for p in probes], pa.string()),
             "detail": pa.array([p.detail for p in probes], pa.string()),
+            "transcript": pa.array(
+                [None if p.transcript is None else to_json(p.transcript) for p in probes], pa.string()
+            ),
             "checked_at": pa.array([ts] * n, pa.timestamp("us")),
         }
     )

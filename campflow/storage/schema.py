@@ -302,6 +302,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         )""",
         ],
     ),
+    (
+        8,
+        "reward integrity: the adversarial pass's episodes keep their transcript",
+        [
+            # campflow.integrity.hacker: the model's episode as played (exploit 'model:...'); NULL for the battery
+            "ALTER TABLE verifier_probes ADD COLUMN transcript JSON",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

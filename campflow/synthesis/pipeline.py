@@ -18,7 +18,7 @@ import orjson
 from pydantic import ValidationError
 
 from campflow.agents.base import Policy
-from campflow.config import PolicyConfig, SynthesisConfig
+from campflow.config import HackerConfig, PolicyConfig, SynthesisConfig
 from campflow.errors import RunNotFoundError
 from campflow.rollout.engine import RolloutSettings
 from campflow.storage.store import Store
@@ -152,11 +152,13 @@ def synthesize(
     rollout: RolloutSettings | None = None,
     run_id: str | None = None,
     max_levels: dict[str, int] | None = None,
+    hacker: HackerConfig | None = None,
 ) -> SynthesisSummary:
     """Propose variants for every cluster of ``source_run_id``, validate them, record the verdicts.
 
     ``policy`` is the current model, used to calibrate; None skips calibration. ``max_levels`` (bootcamp
-    -> the curriculum's level) rejects proposals above the level the cycle trains at. The work is recorded as
+    -> the curriculum's level) rejects proposals above the level the cycle trains at. ``hacker``
+    (``integrity.hacker``) adds the model's adversarial pass to validation. The work is recorded as
     a ``synthesize`` run; proposals already decided by an earlier run are left as they are.
     """
     cfg = cfg or SynthesisConfig()
@@ -182,7 +184,7 @@ def synthesize(
             proposals = [p for c in contexts for p in synthesizer.propose(c, cfg.n_per_cluster)]
         finally:
             synthesizer.close()
-        settings = ValidationSettings.from_config(cfg, rollout, max_levels=max_levels)
+        settings = ValidationSettings.from_config(cfg, rollout, max_levels=max_levels, hacker=hacker)
         result = validate_proposals(store, proposals, settings, policy)
         record_verdicts(store, result.verdicts, run_id)
     except BaseException as exc:

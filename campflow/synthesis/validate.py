@@ -12,7 +12,9 @@ Every proposal passes these checks in order; the first it fails is its reject re
 5. ``unsolvable``: generation with fresh train seeds raises, or the oracle does not solve an instance;
    ``hackable``: the hack battery (:mod:`campflow.integrity.battery`) finds a scripted non-solution that
    the variant's verifier rewards above the bootcamp's wrong-answer bound, on its first
-   ``battery_instances`` instances (the probes are recorded in ``verifier_probes``);
+   ``battery_instances`` instances (the probes are recorded in ``verifier_probes``); where
+   ``integrity.hacker`` names a model, its adversarial pass on the same instances too
+   (:mod:`campflow.integrity.hacker`: its episodes recorded with their transcripts);
 6. ``too_easy`` / ``too_hard`` (``uncalibrated`` when no episode could be measured): the current
    model's pass rate on a few episodes lies outside the learnable band.
 
@@ -36,9 +38,10 @@ from campflow.agents.base import Policy
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp, Instance, Params
 from campflow.bootcamps.splits import TRAIN_SEED_LIMIT
-from campflow.config import SynthesisConfig
+from campflow.config import HackerConfig, SynthesisConfig
 from campflow.errors import CampflowError
 from campflow.integrity.battery import Probe, run_battery
+from campflow.integrity.hacker import run_hacker
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, rollout
 from campflow.serialization import canonical_json, to_json
 from campflow.storage.probes import probes_table
@@ -111,6 +114,7 @@ class ValidationSettings:
     rollout: RolloutSettings = RolloutSettings()
     max_levels: dict[str, int] | None = None  # bootcamp -> highest level trained at now; None: no limit
     battery_instances: int = 2  # instances of each variant the hack battery plays; 0: none (not advised)
+    hacker: HackerConfig | None = None  # integrity.hacker: the model's pass on the same instances, where set
 
     @classmethod
     def from_config(
@@ -119,8 +123,9 @@ class ValidationSettings:
         rollout: RolloutSettings | None = None,
         concurrency: int = 32,
         max_levels: dict[str, int] | None = None,
+        hacker: HackerConfig | None = None,
     ) -> ValidationSettings:
-        """Settings from the ``synthesis`` config section."""
+        """Settings from the ``synthesis`` config section (and ``integrity.hacker``)."""
         return cls(
             cfg.instances_per_variant,
             cfg.probes_per_variant,
@@ -130,6 +135,7 @@ class ValidationSettings:
             concurrency,
             rollout or RolloutSettings(),
             max_levels,
+            hacker=hacker,
         )
 
 
@@ -260,6 +266,13 @@ def _check(proposal: Proposal, known: _KnownParams, settings: ValidationSettings
     verdict.battery = report.probes
     if not report.passed:
         return verdict.reject(RejectKind.HACKABLE, report.refusal())
+    if settings.hacker is not None and settings.hacker.enabled:
+        played = run_hacker(
+            bootcamp, settings.hacker, instances=verdict.instances[: max(1, settings.battery_instances)]
+        )
+        verdict.battery += played.probes
+        if not played.passed:
+            return verdict.reject(RejectKind.HACKABLE, played.refusal())
     taken = {i.id for i in verdict.instances}
     for seed in probe_seeds(proposal.variant_id, settings.probes_per_variant):
         probe = _probe(bootcamp, verdict.params, seed)

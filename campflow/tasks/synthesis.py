@@ -44,6 +44,7 @@ def synthesize_task(
         bootcamps=cfg.eval.bootcamps,
         rollout=RolloutSettings.from_config(cfg.rollout),
         max_levels=max_levels,
+        hacker=cfg.integrity.hacker,
     )
     return {"run_id": summary.run_id, **summary.as_dict()}
 
