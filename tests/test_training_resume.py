@@ -61,6 +61,14 @@ class KillAt(TrainerCallback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 sft.progress_callback = rl.progress_callback = lambda key, description: KillAt()
+if spec.get("kill_in"):  # a kill after training ended: while the run is marked finished, or as the store records it
+    import campflow.training.checkpoints as checkpoints
+    def die(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if spec["kill_in"] == "mark_trained":
+        sft.mark_trained = rl.mark_trained = die
+    else:
+        checkpoints.register = die
 store, ws = Store(spec["db"]), __import__("pathlib").Path(spec["ws"])
 hardware = resolve_hardware("cpu", "fp32", cpu_threads=1)
 if spec["kind"] == "sft":
@@ -192,3 +200,39 @@ def test_grpo_killed_after_a_save_resumes_from_it_and_matches_the_uninterrupted_
     _assert_same_curve(entropies, straight.metrics["entropy_curve"], start=2)
     _assert_same_curve(resumed.metrics["reward_curve"], straight.metrics["reward_curve"], start=2)
     _assert_same_weights(resumed.checkpoint.path, straight.checkpoint.path)
+
+
+@pytest.mark.parametrize("kill_in", ["mark_trained", "register"])
+def test_sft_killed_after_its_last_step_is_not_trained_again(prepared, kill_in) -> None:
+    """A kill after the last step (while the finished model is staged, or between its move into place and the
+    store's row) loses no training: the rerun resumes from the last save (at the last step) or records the
+    model that is in place, byte for byte, without a training step."""
+    from campflow.training.sft import train_sft
+
+    ws, _, base, dataset, _ = prepared
+    cfg = SFTSettings(max_steps=4 if kill_in == "register" else 6, batch_size=2, learning_rate=1e-3)
+    _killed_run(
+        ws,
+        {"kind": "sft", "base": base, "dataset": dataset, "cfg": cfg.model_dump(), "kill_at": -1, "kill_in": kill_in},
+    )
+    store = Store(ws / "campflow.duckdb")
+    hardware = resolve_hardware("cpu", "fp32", cpu_threads=1)
+    if kill_in == "mark_trained":
+        partial = next(p for p in (ws / "models").glob("sft-*.partial") if (p / "model.safetensors").exists())
+        assert sorted(p.name for p in (partial / "trainer").glob("checkpoint-*")) == ["checkpoint-6"]
+        again = train_sft(store, ws, base, dataset, cfg, hardware=hardware, save_steps=2)
+        assert again.metrics["resumed_from_step"] == 6 and again.metrics["steps"] == 6
+        assert not partial.exists()
+    else:
+        placed = [p for p in (ws / "models").glob("sft-*") if (p / "campflow-trained.json").exists()]
+        unrecorded = [
+            p for p in placed if store.scalar("SELECT count(*) FROM checkpoints WHERE model_id = ?", [p.name]) == 0
+        ]
+        assert len(unrecorded) == 1, placed
+        before = (unrecorded[0] / "model.safetensors").read_bytes()
+        again = train_sft(store, ws, base, dataset, cfg, hardware=hardware, save_steps=2)
+        assert again.reused and again.checkpoint.path == unrecorded[0]
+        assert again.metrics["steps"] == 4 and again.metrics["resumed_from_step"] is None
+        assert (again.checkpoint.path / "model.safetensors").read_bytes() == before
+    assert store.scalar("SELECT kind FROM checkpoints WHERE model_id = ?", [again.checkpoint.model_id]) == "sft"
+    assert not list(again.checkpoint.path.glob("**/checkpoint-*")) and not (again.checkpoint.path / "trainer").exists()

@@ -10,13 +10,22 @@ from it: same data order from that step on, same optimizer moments, same learnin
 
 A checkpoint is complete when its ``trainer_state.json`` exists: transformers writes it last. A kill
 during a save leaves an incomplete folder, which is removed; the run resumes from the one before.
+
+The resumable checkpoints stay until the finished model is recorded in the store: a stop while the final model
+is written (or between its folder's move into place and the store's row) loses no training. A run that finished
+writes its metrics last (:data:`TRAINED`), so a rerun that finds the model in place but not recorded records it
+instead of training again.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from campflow.serialization import from_json, to_json
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -59,3 +68,26 @@ def drop_checkpoints(output_dir: Path) -> None:
 def resumed_step(checkpoint: Path | None) -> int | None:
     """The step a run resumed from (None: it started from step 0)."""
     return int(_CHECKPOINT.match(checkpoint.name).group(1)) if checkpoint is not None else None
+
+
+TRAINED = "campflow-trained.json"  # in a model folder: the finished run's metrics, written after its model
+
+
+def mark_trained(out: Path, metrics: Mapping[str, Any]) -> None:
+    """Record in the staged model folder ``out``, last and atomically, that its run finished, with its metrics."""
+    tmp = out / f"{TRAINED}.tmp"
+    tmp.write_text(to_json(dict(metrics)))
+    tmp.replace(out / TRAINED)
+
+
+def finished_run(final: Path) -> dict[str, Any] | None:
+    """The metrics of a run whose model was moved into place at ``final`` (None if there is none there)."""
+    path = Path(final) / TRAINED
+    return from_json(path.read_text()) if path.is_file() else None
+
+
+def clear_trainer(final: Path, output_dir: Path) -> None:
+    """Once the checkpoint at ``final`` is recorded: remove the trainer's resumable checkpoints (in
+    ``output_dir``, which outlives the run when trackers keep it) and its scratch folder."""
+    drop_checkpoints(output_dir)
+    shutil.rmtree(Path(final) / "trainer", ignore_errors=True)

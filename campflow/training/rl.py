@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,8 +48,21 @@ from campflow.training import checkpoints
 from campflow.training.distributed import is_main_process, processes
 from campflow.training.environments import environment_factories
 from campflow.training.lora import adapter_metrics, starting_model
-from campflow.training.resuming import drop_checkpoints, last_checkpoint, resumed_step, saving_args
-from campflow.training.sft import TrainResult, checkpointing_arg, progress_callback, quiet, threads_callback
+from campflow.training.resuming import (
+    clear_trainer,
+    last_checkpoint,
+    mark_trained,
+    resumed_step,
+    saving_args,
+)
+from campflow.training.sft import (
+    TrainResult,
+    checkpointing_arg,
+    finished_result,
+    progress_callback,
+    quiet,
+    threads_callback,
+)
 from campflow.training.templates import check_rl_template
 from campflow.training.tracking import tracking_args, trainer_dir
 
@@ -340,6 +352,10 @@ def train_rl(
     existing = checkpoints.find(store, model_id)
     if existing is not None:
         return TrainResult(existing, existing.metrics, reused=True)
+    final = checkpoints.models_dir(workspace) / model_id
+    done = finished_result(store, workspace, final, "rl", parent.model_id, None, report_to, main=main)
+    if done is not None:
+        return done
 
     import datasets
     from transformers import AutoTokenizer
@@ -363,7 +379,6 @@ def train_rl(
     limits = episode_limits(cfg, processing, instances, vision=vision)
     start = starting_model(parent, cfg.lora, hardware)
     tuner = hardware.thread_tuner()
-    final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main, resume=True) as out:
         args = grpo_arguments(
             cfg,
@@ -418,7 +433,7 @@ def train_rl(
             save_processor(processing, out)
         else:
             tokenizer.save_pretrained(str(out))
-        drop_checkpoints(Path(args.output_dir))
-        shutil.rmtree(out / "trainer", ignore_errors=True)
+        mark_trained(out, metrics)  # last: the trainer's resumable checkpoints stay until the row below
     ckpt = checkpoints.register(store, model_id, "rl", final, parent=parent.model_id, metrics=metrics)
+    clear_trainer(final, trainer_dir(workspace, final, model_id, report_to))
     return TrainResult(ckpt, metrics)

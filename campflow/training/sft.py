@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,14 @@ from campflow.threads import ThreadTuner
 from campflow.training import checkpoints
 from campflow.training.distributed import is_main_process, processes
 from campflow.training.lora import adapter_metrics, starting_model
-from campflow.training.resuming import drop_checkpoints, last_checkpoint, resumed_step, saving_args
+from campflow.training.resuming import (
+    clear_trainer,
+    finished_run,
+    last_checkpoint,
+    mark_trained,
+    resumed_step,
+    saving_args,
+)
 from campflow.training.templates import check_sft_template
 from campflow.training.tracking import tracking_args, trainer_dir
 
@@ -43,6 +49,30 @@ class TrainResult:
     checkpoint: checkpoints.Checkpoint
     metrics: dict[str, Any]
     reused: bool = False
+
+
+def finished_result(
+    store: Store,
+    workspace: Path,
+    final: Path,
+    kind: str,
+    parent_id: str,
+    dataset_id: str | None,
+    report_to: Sequence[str],
+    *,
+    main: bool,
+) -> TrainResult | None:
+    """The run of checkpoint ``final`` if it finished but was stopped before the store recorded it (its model
+    in place, :func:`~campflow.training.resuming.finished_run`): recorded now instead of trained again."""
+    metrics = finished_run(final)
+    if metrics is None:
+        return None
+    model_id = final.name
+    if not main:
+        return TrainResult(checkpoints.Checkpoint(model_id, kind, final, parent_id, dataset_id, metrics), metrics)
+    ckpt = checkpoints.register(store, model_id, kind, final, parent=parent_id, dataset_id=dataset_id, metrics=metrics)
+    clear_trainer(final, trainer_dir(workspace, final, model_id, report_to))
+    return TrainResult(ckpt, metrics, reused=True)
 
 
 def quiet(trainer: Any) -> Any:
@@ -213,6 +243,10 @@ def train_sft(
     existing = checkpoints.find(store, model_id)
     if existing is not None:
         return TrainResult(existing, existing.metrics, reused=True)
+    final = checkpoints.models_dir(workspace) / model_id
+    done = finished_result(store, workspace, final, "sft", parent.model_id, dataset_id, report_to, main=main)
+    if done is not None:
+        return done
 
     import datasets
     from transformers import AutoTokenizer
@@ -232,7 +266,6 @@ def train_sft(
         train = train.map(_empty_turns_as_parts, features=train.features, keep_in_memory=True)
     start = starting_model(parent, cfg.lora, hardware)
     max_length = max_length or start.model.config.get_text_config().max_position_embeddings
-    final = checkpoints.models_dir(workspace) / model_id
     with checkpoints.staging(final, write=main, resume=True) as out:
         args = sft_arguments(
             cfg,
@@ -296,11 +329,11 @@ def train_sft(
             save_processor(processing, out)
         else:
             processing.save_pretrained(str(out))
-        drop_checkpoints(Path(args.output_dir))  # the trackers' folder outlives the run, its checkpoints not
-        shutil.rmtree(out / "trainer", ignore_errors=True)
+        mark_trained(out, metrics)  # last: the trainer's resumable checkpoints stay until the row below
     ckpt = checkpoints.register(
         store, model_id, "sft", final, parent=parent.model_id, dataset_id=dataset_id, metrics=metrics
     )
+    clear_trainer(final, trainer_dir(workspace, final, model_id, report_to))
     return TrainResult(ckpt, metrics)
 
 
