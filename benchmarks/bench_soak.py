@@ -152,6 +152,7 @@ class Kill:
     landed: str = ""  # the step the cycle was in when the signal went out
     saved_step: int | None = None  # aimed at SFT or RL: the step of the resumable checkpoint saved before the kill
     exited_s: float | None = None  # seconds from the signal to the group's exit
+    sent_at: float = 0.0  # when the signal went out (seconds since the epoch, as the store's UTC timestamps)
 
 
 def plan_kills(cycles: int, kills: int, rng: random.Random) -> list[Kill]:
@@ -273,7 +274,7 @@ class Soak:
         if proc.poll() is not None:
             kill.landed = "after the run had exited"
             return
-        sent = time.monotonic()
+        sent, kill.sent_at = time.monotonic(), time.time()
         os.killpg(proc.pid, kill.signal)
         try:
             proc.wait(timeout=TERM_GRACE_S)
@@ -298,16 +299,21 @@ class Soak:
         """A cycle whose SFT or GRPO was killed after a save trained on from that save, not from step 0."""
         state = None
         for kind, key in TRAINING.items():
-            saved = [k.saved_step for k in kills if k.saved_step and k.exited_s is not None and k.landed == kind]
-            if not saved:
+            hits = [k for k in kills if k.saved_step and k.exited_s is not None and k.landed == kind]
+            if not hits:
                 continue
+            saved = max(k.saved_step for k in hits)
             if state is None:
                 state = json.loads(self.sql(f"SELECT state FROM cycles WHERE cycle_id = '{cycle_id}'")[0][0])
-            resumed = self.sql(
-                f"SELECT json_extract(metrics, '$.resumed_from_step') FROM checkpoints WHERE model_id = '{state[key]}'"
-            )[0][0]
-            said = f"{cycle_id}: {kind.upper()} killed after its save at step {max(saved)}, resumed from {resumed}"
-            if resumed in (None, "null") or int(resumed) < max(saved):
+            resumed, recorded_at = self.sql(
+                "SELECT json_extract(metrics, '$.resumed_from_step'), epoch(created_at) FROM checkpoints "
+                f"WHERE model_id = '{state[key]}'"
+            )[0]
+            if recorded_at < min(k.sent_at for k in hits):  # the signal took effect after the run had finished
+                self.resumes.append(f"{cycle_id}: {kind.upper()} had finished and been recorded before the signal")
+                continue
+            said = f"{cycle_id}: {kind.upper()} killed after its save at step {saved}, resumed from {resumed}"
+            if resumed in (None, "null") or int(resumed) < saved:
                 self.failures.append(said)
             else:
                 self.resumes.append(said)
