@@ -37,6 +37,8 @@ from pathlib import Path
 
 import yaml
 
+from campflow.training.resuming import TRAINED
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -305,12 +307,15 @@ class Soak:
             saved = max(k.saved_step for k in hits)
             if state is None:
                 state = json.loads(self.sql(f"SELECT state FROM cycles WHERE cycle_id = '{cycle_id}'")[0][0])
-            resumed, recorded_at = self.sql(
-                "SELECT json_extract(metrics, '$.resumed_from_step'), epoch(created_at) FROM checkpoints "
-                f"WHERE model_id = '{state[key]}'"
-            )[0]
-            if recorded_at < min(k.sent_at for k in hits):  # the signal took effect after the run had finished
-                self.resumes.append(f"{cycle_id}: {kind.upper()} had finished and been recorded before the signal")
+            resumed = self.sql(
+                f"SELECT json_extract(metrics, '$.resumed_from_step') FROM checkpoints WHERE model_id = '{state[key]}'"
+            )[0][0]
+            finished = (self.ws / "models" / state[key] / TRAINED).stat().st_mtime  # written as training ended
+            if finished < min(k.sent_at for k in hits):  # the signal landed after the last step: nothing to resume
+                self.resumes.append(
+                    f"{cycle_id}: {kind.upper()} had finished its steps before the signal (at step {saved} by the "
+                    f"soak's last look); its model was recorded, not trained again (resumed from {resumed})"
+                )
                 continue
             said = f"{cycle_id}: {kind.upper()} killed after its save at step {saved}, resumed from {resumed}"
             if resumed in (None, "null") or int(resumed) < saved:
