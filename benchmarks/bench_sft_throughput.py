@@ -1,4 +1,5 @@
-"""SFT throughput: tokens/s through TRL's SFTTrainer vs a bare PyTorch loop, same model, same batches.
+"""SFT throughput: tokens/s through TRL's SFTTrainer vs a bare PyTorch loop, same model, same batches;
+and campflow's labelled-positions loss vs the model's own loss on every position.
 
 Both start from the same base weights and see the same batches (TRL's own tokenized dataset and data
 collator), with AdamW at the same learning rate; the bare loop is forward, backward, step. The ratio
@@ -6,6 +7,11 @@ is TRL's throughput, as campflow runs it, over the bare loop's (1.0 means TRL co
 TRL's default loss (a chunked, fused lm-head kernel) is timed too. The first step of each run is a
 warm-up and not timed; the bare loop runs before and after TRL and its faster pass counts, so a noisy
 neighbour slows neither side alone.
+
+The second ratio is campflow's default (:mod:`campflow.training.labelled_loss`: length-sorted sub-batches,
+the output projection only at labelled positions) over the model's own loss on every padded position,
+both through TRL, run alternately twice each (the faster pass of each counts), with the loss of every
+step compared: the same objective, so the losses agree to float rounding.
 
 Run: python benchmarks/bench_sft_throughput.py [--steps 30] [--batch 8]
 """
@@ -83,9 +89,10 @@ def main() -> None:
         **checkpointing_arg(SFTConfig, False),
     )  # as campflow runs it (training.sft)
 
-    def trainer_for(fused_loss: bool) -> Any:
+    def trainer_for(fused_loss: bool, labelled: bool = False) -> Any:
         return sft_trainer(
             fused_loss,
+            labelled,
             model=AutoModelForCausalLM.from_pretrained(base.path),
             args=sft_args,
             train_dataset=train,
@@ -116,9 +123,9 @@ def main() -> None:
                 start = time.perf_counter()
         return time.perf_counter() - start
 
-    def trl_pass(fused_loss: bool) -> tuple[int, float]:
-        """(tokens, seconds) of one TRL run after its warm-up step."""
-        trainer = trainer_for(fused_loss)
+    def trl_pass(fused_loss: bool, labelled: bool = False, losses: list[float] | None = None) -> tuple[int, float]:
+        """(tokens, seconds) of one TRL run after its warm-up step; its loss per step into ``losses``."""
+        trainer = trainer_for(fused_loss, labelled)
 
         class StepClock(TrainerCallback):
             def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003
@@ -128,7 +135,11 @@ def main() -> None:
 
         clock = StepClock()
         trainer.add_callback(clock)
+        if losses is not None:
+            trainer.args.logging_steps = 1
         trainer.train()
+        if losses is not None:
+            losses[:] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
         return trainer.tokens_seen - clock.tokens, clock.end - clock.start
 
     bare_before = bare_pass()
@@ -148,6 +159,19 @@ def main() -> None:
         f"{fused_rate / bare_rate:.2f} of bare)"
     )
     print(f"RATIO SFT throughput: TRL/bare = {trl_rate / bare_rate:.2f}")
+
+    every_losses: list[float] = []
+    labelled_losses: list[float] = []
+    every = [trl_pass(False, False, every_losses)[1]]
+    labelled = [trl_pass(False, True, labelled_losses)[1]]
+    every.append(trl_pass(False, False)[1])
+    labelled.append(trl_pass(False, True)[1])
+    worst = max(abs(a - b) / max(abs(a), 1e-8) for a, b in zip(every_losses, labelled_losses, strict=True))
+    print(
+        f"  the model's loss on every position: {min(every):.1f}s; on labelled positions (campflow's default): "
+        f"{min(labelled):.1f}s; per-step losses agree within {worst:.1e} relative over {len(every_losses)} steps"
+    )
+    print(f"RATIO SFT step time: every position / labelled positions = {min(every) / min(labelled):.2f}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from campflow.storage.store import Store
 from campflow.threads import ThreadTuner
 from campflow.training import checkpoints
 from campflow.training.distributed import is_main_process, processes
+from campflow.training.labelled_loss import LabelledLoss
 from campflow.training.lora import adapter_metrics, starting_model
 from campflow.training.resuming import (
     clear_trainer,
@@ -138,10 +139,11 @@ def checkpointing_arg(config_class: type, enabled: bool) -> dict[str, bool]:
     return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": enabled}
 
 
-def sft_trainer(fused_loss: bool, **kwargs: Any) -> Any:
-    """TRL's SFTTrainer that counts the tokens it trains on (``tokens_seen``, and ``positions`` with
-    padding), with TRL's loss
-    (``fused_loss``) or the model's own cross-entropy.
+def sft_trainer(fused_loss: bool, labelled: bool = True, **kwargs: Any) -> Any:
+    """TRL's SFTTrainer that counts the tokens it trains on (``tokens_seen``, and ``positions`` computed,
+    padding included), with TRL's loss (``fused_loss``) or the model's own cross-entropy, computed where
+    it applies as :mod:`campflow.training.labelled_loss` does (the same loss on fewer positions;
+    ``labelled=False``: on every position, as the model computes it).
 
     TRL computes the SFT loss through a chunked, fused lm-head kernel that saves GPU memory on large
     vocabularies; on a CPU it is ~40% of a step of the tiny model (benchmarks/bench_sft_throughput.py).
@@ -155,13 +157,28 @@ def sft_trainer(fused_loss: bool, **kwargs: Any) -> Any:
     class CountingSFTTrainer(SFTTrainer):
         tokens_seen = 0  # tokens trained on
         positions = 0  # token positions computed, padding included
+        labelled = LabelledLoss()
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001
-            if model.training and "attention_mask" in inputs:
+            counted = model.training and "attention_mask" in inputs
+            if counted:
                 self.tokens_seen += int(inputs["attention_mask"].sum())
-                self.positions += int(inputs["attention_mask"].numel())
             if fused_loss:
+                if counted:
+                    self.positions += int(inputs["attention_mask"].numel())
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if labelled and not return_outputs and self.args.n_gpu <= 1:
+
+                def own(batch: dict[str, Any]) -> Any:
+                    return Trainer.compute_loss(self, model, {**batch, "use_cache": False}, False, num_items_in_batch)
+
+                computed = self.labelled(model, inputs, num_items_in_batch, self.accelerator.num_processes, own)
+                if computed is not None:
+                    loss, positions = computed
+                    self.positions += positions
+                    return loss
+            if counted:
+                self.positions += int(inputs["attention_mask"].numel())
             inputs["use_cache"] = False
             return Trainer.compute_loss(
                 self, model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
@@ -318,6 +335,8 @@ def train_sft(
             "loss_curve": losses,
             "device": hardware.kind,
             "precision": hardware.precision,
+            "positions_per_token": round(trainer.positions / tokens, 3) if tokens else None,
+            "labelled_loss": trainer.labelled.used,
             **(tuner.summary() if tuner is not None else {}),
             **adapter_metrics(start, trainer.model, cfg.lora),
         }
