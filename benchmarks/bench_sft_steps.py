@@ -7,7 +7,7 @@ eval split there, ``--parallel`` arms at a time, each at one thread (``CAMPFLOW_
 arms share the cores evenly; the seconds printed are comparable with each other, not with a run alone.
 Prints one line per arm (steps, seed, SFT seconds, pass rate per bootcamp) and the mean per step count.
 
-Run: python benchmarks/bench_sft_steps.py --from-workspace campflow-data [--steps 300 500 800] [--seeds 0 1]
+Run: python benchmarks/bench_sft_steps.py [--from-workspace campflow-data] [--steps 300 500 800] [--seeds 0 1]
      [--parallel 2] [--keep DIR]
 (~7 min an 800-step arm on 2 cores, two at a time)
 """
@@ -85,7 +85,9 @@ def arm(workspace: Path, scratch: Path, base: str, dataset: str, steps: int, see
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--from-workspace", type=Path, required=True, help="the workspace of a finished `make run`")
+    ap.add_argument(
+        "--from-workspace", type=Path, default=ROOT / "campflow-data", help="a finished `make run`'s workspace"
+    )
     ap.add_argument("--steps", type=int, nargs="+", default=[300, 500, 800])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--parallel", type=int, default=2)
@@ -93,6 +95,10 @@ def main() -> None:
     args = ap.parse_args()
     if min(args.steps) < 1 or args.parallel < 1:
         raise SystemExit(f"--steps {args.steps} / --parallel {args.parallel}: expected positive numbers")
+    if not (args.from_workspace / "campflow.duckdb").exists():
+        raise SystemExit(
+            f"--from-workspace {args.from_workspace}: no store there; run `make run` first (it leaves one)"
+        )
     base, dataset = source(args.from_workspace)
     scratch = args.keep or Path(tempfile.mkdtemp(prefix="sft-steps-"))
     scratch.mkdir(parents=True, exist_ok=True)

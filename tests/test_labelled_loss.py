@@ -90,3 +90,17 @@ def test_not_applied_across_processes_or_to_other_inputs():
     assert not applicable(model, batch, 2)  # DDP expects one forward per backward
     assert not applicable(model, {**batch, "pixel_values": torch.zeros(1)}, 1)
     assert not applicable(model, {k: v for k, v in batch.items() if k != "labels"}, 1)
+
+
+def test_rows_without_labels_are_not_computed_and_a_batch_without_any_gives_zero():
+    model = small_model()
+    batch = padded_batch([10, 150, 12, 160, 14, 170, 16, 120])
+    batch["labels"][1::2] = -100  # the long rows teach nothing
+    loss, positions = labelled_loss(model, batch, None)
+    own = model(**batch, use_cache=False).loss
+    assert loss.item() == pytest.approx(own.item(), rel=1e-5)
+    assert positions == 4 * 16  # only the short rows' sub-batch, padded to 16
+    batch["labels"][:] = -100
+    zero, positions = labelled_loss(model, batch, None)
+    zero.backward()
+    assert zero.item() == 0.0 and positions == 0

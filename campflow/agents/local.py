@@ -268,9 +268,8 @@ class LocalPolicy(Policy):
                     eos_token_id=tokenizer.eos_token_id,
                     **sampling,
                 )
-                if self.threads is not None:  # work: sequences x decoding steps (the prompt is one pass)
-                    steps = max(1, generated.shape[1] - width)
-                    self.threads.record(time.perf_counter() - started, float(generated.shape[0] * steps))
+                if self.threads is not None:  # work: token positions, the prompt's included
+                    self.threads.record(time.perf_counter() - started, float(generated.numel()))
             outputs = [row[width:].tolist() for row in generated]
         replies: list[PolicyReply | Exception] = []
         it = iter(outputs)

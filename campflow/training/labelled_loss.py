@@ -75,22 +75,19 @@ def labelled_loss(model: Any, inputs: dict[str, Any], num_items_in_batch: Any) -
     for rows in sub_batches([int(n) for n in lengths]):
         index = torch.tensor(rows, device=ids.device)
         width = int(lengths[index].max()) if right_padded else ids.shape[1]
-        if width < 2:
-            continue
+        targets = labels[index, 1:width]
+        keep = targets != -100
+        if not bool(keep.any()):
+            continue  # nothing to learn from these rows: not computed at all
         hidden = decoder(
             input_ids=ids[index, :width], attention_mask=mask[index, :width], use_cache=False
         ).last_hidden_state
-        targets = labels[index, 1:width]
-        keep = targets != -100
         positions += len(rows) * width
-        if not bool(keep.any()):
-            part = hidden.sum() * 0.0  # keeps the graph (and every parameter's gradient) defined
-        else:
-            logits = head(hidden[:, :-1][keep])
-            part = torch.nn.functional.cross_entropy(logits.float(), targets[keep], reduction="sum")
+        logits = head(hidden[:, :-1][keep])
+        part = torch.nn.functional.cross_entropy(logits.float(), targets[keep], reduction="sum")
         total = part if total is None else total + part
-    if total is None:
-        total = model.get_output_embeddings().weight.sum() * 0.0
+    if total is None:  # no labelled token in the batch: a zero loss that still has a graph
+        total = head.weight.sum() * 0.0
     if num_items_in_batch is None:
         count = int((labels[:, 1:] != -100).sum())
         return total / max(count, 1), positions
