@@ -22,6 +22,14 @@ no exception of a dying thread (the only output is the front end's one line), an
 that way is delivered again at the next safe point. A signal after the outermost block ended (the
 process is on its way out) ends it at once with its line (:func:`own_process`), and :func:`exit_within` bounds the whole unwinding: whatever hangs on the
 way out (a client retrying a server the same signal took down), the process says its line and exits.
+
+Those two act from daemon threads, and a daemon thread must not be inside a C++ extension when the
+interpreter shuts down: Python ends a daemon thread that wants the GIL back after shutdown began by
+unwinding its stack, and a C++ frame in the way (DuckDB's, where the line's ``run ... stopped with N
+episode(s) stored`` is read) turns that into ``terminate called ... FATAL: exception not rethrown`` and
+SIGABRT. So the front end calls :func:`exiting` as it hands the process to the interpreter's shutdown:
+from then on the threads say a line that needs no store (and one already being worked out holds the
+shutdown back until the process has exited with it).
 """
 
 from __future__ import annotations
@@ -106,7 +114,10 @@ def say(line: str) -> None:
         if _said.is_set():
             return
         _said.set()
-        print(line, file=sys.__stderr__ or sys.stderr, flush=True)  # the real stderr: the front end may mute sys.stderr
+        if threading.current_thread() is threading.main_thread():  # the real stderr: sys.stderr may be muted
+            print(line, file=sys.__stderr__ or sys.stderr, flush=True)
+        else:  # a daemon thread ended holding stderr's buffer would abort the interpreter's shutdown
+            os.write(2, (line + "\n").encode(errors="replace"))
 
 
 def exit_within(seconds: float, last_words: Callable[[], str]) -> None:
@@ -118,16 +129,48 @@ def exit_within(seconds: float, last_words: Callable[[], str]) -> None:
     """
 
     def deadline() -> None:
-        try:
-            say(last_words())
-        except Exception:  # noqa: BLE001  (the line must come out even if the store cannot say more)
-            say(f"error: stopped by {_received or _arrived}")
-        _stop_children()
-        os._exit(exit_code())
+        _end(last_words)
 
     timer = threading.Timer(seconds, deadline)
     timer.daemon = True
     timer.start()
+
+
+_exiting = False  # the front end handed the process to the interpreter's shutdown (:func:`exiting`)
+_exiting_lock = threading.RLock()  # re-entrant: the main thread's signal handler may run inside exiting()
+
+
+def exiting() -> None:
+    """Say that the front end is done and the interpreter's shutdown follows: a line still to be said
+    (a signal from here on) is said without reading the store (see the module docstring). If a
+    daemon thread is working one out now, this waits for it, and that thread ends the process."""
+    global _exiting
+    with _exiting_lock:
+        _exiting = True
+
+
+def _end(last_words: Callable[[], str]) -> None:
+    """From the watcher, the deadline or a late signal's handler: say ``last_words()`` (unless a line was
+    said), stop this process's children and exit with :func:`exit_code`.
+
+    The store is read only while holding :func:`exiting` back, so the interpreter's shutdown never begins
+    under a thread that is reading it; once the shutdown has begun, or while another thread holds it back
+    for longer than a second (its store is slow: the grace must still hold), the line is the plain one.
+    """
+    plain = f"error: stopped by {_received or _arrived}"
+    if _exiting_lock.acquire(timeout=1.0):
+        if _exiting:
+            say(plain)
+        else:
+            try:
+                say(last_words())
+            except Exception:  # noqa: BLE001  (the line must come out even if the store cannot say more)
+                say(plain)
+            sys.stdout.flush()
+    else:
+        say(plain)
+    _stop_children()
+    os._exit(exit_code())  # the lock stays held: no shutdown begins under the exit
 
 
 def _stop_children() -> None:
@@ -176,8 +219,9 @@ def starting() -> Iterator[None]:
 
 def reset() -> None:
     """Forget a recorded stop and the hooks (for tests that run several commands in one process)."""
-    global _received
+    global _received, _exiting
     _received = None
+    _exiting = False
     _hooks.clear()
     _last_words.clear()
     _said.clear()
@@ -270,13 +314,8 @@ _blocks_done = threading.Event()  # the outermost signals() block has ended
 def _exit_now(signum: int, frame: Any) -> None:
     """A signal after the outermost block ended (the process is on its way out): one line, exit now."""
     request_stop(signum)
-    try:
-        say(_last_words[0](_received or signal.Signals(signum).name) if _last_words else f"stopped by {_received}")
-    except Exception:  # noqa: BLE001  (the line must come out even if the store cannot say more)
-        say(f"error: stopped by {_received}")
-    sys.stdout.flush()
-    _stop_children()
-    os._exit(exit_code())
+    name = _received or signal.Signals(signum).name
+    _end(lambda: _last_words[0](name) if _last_words else f"error: stopped by {name}")
 
 
 @contextmanager

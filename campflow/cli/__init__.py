@@ -100,3 +100,5 @@ def main() -> None:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
         raise
+    finally:  # the interpreter's shutdown follows: a stop from here on is said without the store
+        stopping.exiting()
