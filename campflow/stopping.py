@@ -173,6 +173,25 @@ def _end(last_words: Callable[[], str]) -> None:
     os._exit(exit_code())  # the lock stays held: no shutdown begins under the exit
 
 
+def end_stopped() -> None:
+    """After a stop, once the command has unwound and said its line: end the process now, with
+    :func:`exit_code`, its children stopped, standard output flushed.
+
+    What the interpreter would still do on its way out after a stop is Prefect's: its services drain
+    their queues to the API server, which the same signal took down when the whole group got it, and they
+    waited out the deadline (8 s) in half the stops of a ``campflow eval``. The command's own work is
+    done by then: the unwinding closed the store and joined the task runner's threads.
+    """
+    for stream in (sys.stdout, sys.__stdout__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be shown
+            pass
+    _stop_children()
+    os._exit(exit_code())
+
+
 def _stop_children() -> None:
     """Terminate this process's children (a server it started), so none outlives an abrupt exit."""
     try:

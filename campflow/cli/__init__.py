@@ -91,7 +91,7 @@ def main() -> None:
             # the same way: one line (it says what is stored) and the signal's exit code. Only a command
             # that a stop ends as meant (a server) exits 0.
             stopping.say(f"error: {stop_message(signal_name)}")
-            sys.exit(stopping.exit_code())
+            stopping.end_stopped()
         if isinstance(exc, ModuleNotFoundError):
             from campflow.extras import missing_extra
 

@@ -133,6 +133,25 @@ def quiet_after_stop(signal_name: str) -> None:
     settings = sys.modules.get("prefect.settings")  # not imported here: the signal may land inside its import
     if settings is not None and hasattr(settings, "get_current_settings"):
         settings.get_current_settings().client.max_retries = 0
+    _no_connection_retries()
+
+
+def _no_connection_retries() -> None:
+    """The flow run's Prefect client tries to connect once more, not three times with back-off: Prefect sets
+    its HTTP connection pool to retry a refused connection 3 times, and the crash report of a stopped run
+    to an API server the same signal took down waited those out until the stop's deadline (8 s) ended the
+    process. A server that is up gets the report at the first try."""
+    context = sys.modules.get("prefect.context")
+    sync_context = getattr(context, "SyncClientContext", None)
+    try:
+        current = sync_context.get() if sync_context is not None else None
+        http = getattr(getattr(current, "client", None), "_client", None)
+        transport = http._transport_for_url(http.base_url) if http is not None else None
+    except Exception:  # noqa: BLE001  (Prefect's or httpx's insides changed: the deadline still ends it)
+        return
+    pool = getattr(transport, "_pool", None)
+    if pool is not None and hasattr(pool, "_retries"):
+        pool._retries = 0
 
 
 def resolve_local_model(cfg: CampflowConfig) -> None:
