@@ -117,7 +117,7 @@ def _rows(store: Store, dataset_id: str) -> tuple[dict[str, list[str]], dict[str
     import datasets
 
     r = store.query("SELECT path, filter FROM datasets WHERE dataset_id = ?", [dataset_id])[0]
-    ds = datasets.load_from_disk(r["path"]).select_columns(["episode_id", "bootcamp"])
+    ds = datasets.load_from_disk(store.stored_path(r["path"])).select_columns(["episode_id", "bootcamp"])
     out: dict[str, list[str]] = {}
     for row in ds:
         out.setdefault(row["bootcamp"], []).append(row["episode_id"])

@@ -93,15 +93,13 @@ def test_self_teacher_rows_keep_each_turns_reasoning_as_a_qwen3_template_renders
     }
     assert oracle_ids == {i.id for i in train} - {i.id for i in known}
 
-    rows = list(
-        datasets.load_from_disk(
-            str(
-                store.query(
-                    "SELECT path FROM datasets WHERE dataset_id = ?", [build_dataset_task(cfg, runs, str(base.path))]
-                )[0]["path"]
-            )
+    def dataset_rows():  # the dataset the task builds, from the folder the store records
+        built = build_dataset_task(cfg, runs, str(base.path))
+        return datasets.load_from_disk(
+            store.stored_path(store.query("SELECT path FROM datasets WHERE dataset_id = ?", [built])[0]["path"])
         )
-    )
+
+    rows = list(dataset_rows())
     teachers = {r["instance_id"]: (r["teacher"], r["oracle_no_reasoning"]) for r in rows}
     assert {i: t for i, t in teachers.items() if i in oracle_ids} == {
         i: ("demonstrator", True) for i in oracle_ids
@@ -123,13 +121,7 @@ def test_self_teacher_rows_keep_each_turns_reasoning_as_a_qwen3_template_renders
     assert checked >= 2 * len(known)  # every kept assistant turn, a call and an answer per episode at least
 
     cfg.training.exclude_oracle_for_thinking = True
-    without = datasets.load_from_disk(
-        str(
-            store.query(
-                "SELECT path FROM datasets WHERE dataset_id = ?", [build_dataset_task(cfg, runs, str(base.path))]
-            )[0]["path"]
-        )
-    )
+    without = dataset_rows()
     assert set(without["teacher"]) == {"scripted"}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -341,3 +342,89 @@ def test_sft_batches_sequences_of_similar_length_when_asked(tmp_path, grouped, s
         512,
     )
     assert args.train_sampling_strategy == strategy
+
+
+def test_models_and_datasets_built_with_a_relative_workspace_are_found_from_another_folder(
+    prefect_harness, tmp_path
+) -> None:
+    """`make run` writes into ./campflow-data; a later command from elsewhere names that workspace by its path."""
+    import re
+
+    from prefect.settings import PREFECT_API_URL
+
+    from tests.conftest import run_cli
+
+    def ok(*argv: str, cwd: Path, workspace: str) -> str:
+        out = run_cli(*argv, "-w", workspace, "-c", str(config), cwd=cwd, env=env)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        return out.stdout
+
+    env = {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        "training:\n  tiny:\n    vocab_size: 600\n    hidden_size: 32\n    intermediate_size: 64\n    layers: 1\n"
+        "    heads: 2\n    kv_heads: 1\n    corpus_per_level: 4\n    pretrain:\n      steps: 2\n"
+    )
+    here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    here.mkdir(), elsewhere.mkdir()
+    ok("collect", "-b", "calculator", "-n", "4", "--run-id", "teacher", cwd=here, workspace="campflow-data")
+    built = ok("dataset", "build", "--runs", "teacher", cwd=here, workspace="campflow-data")
+    dataset = re.search(r"dataset (\S+):", built).group(1)
+    made = ok("train", "base", "-b", "calculator", cwd=here, workspace="campflow-data")
+    base = re.search(r"base (base-\S+) at", made).group(1)
+
+    workspace = str(here / "campflow-data")
+    trained = ok(
+        "train", "sft", "--from", base, "--dataset", dataset, "--steps", "1", cwd=elsewhere, workspace=workspace
+    )
+    sft = re.search(r"sft (sft-\S+) \(from", trained).group(1)
+    ok(
+        "eval",
+        "-b",
+        "calculator",
+        "-p",
+        "local",
+        "-m",
+        sft,
+        "-n",
+        "1",
+        "--run-id",
+        "sft-eval",
+        cwd=elsewhere,
+        workspace=workspace,
+    )
+    assert not (elsewhere / "campflow-data").exists()
+    rows = Store(here / "campflow-data" / "campflow.duckdb").query(
+        "SELECT count(*) AS n FROM episodes WHERE run_id = 'sft-eval' AND model_id = ?", [sft]
+    )
+    assert rows[0]["n"] >= 1
+
+
+def test_checkpoints_are_recorded_by_absolute_path_and_a_missing_folder_is_one_clear_error(
+    tmp_path, monkeypatch
+) -> None:
+    from campflow.training import checkpoints
+
+    monkeypatch.chdir(tmp_path)
+    store = Store(Path("campflow-data") / "campflow.duckdb")
+    inside, outside = Path("campflow-data/models/sft-a"), tmp_path / "elsewhere" / "sft-b"
+    for folder in (inside, outside):
+        folder.mkdir(parents=True)
+    checkpoints.register(store, "sft-a", "sft", inside)
+    checkpoints.register(store, "sft-b", "sft", outside)
+    recorded = {r["model_id"]: r["path"] for r in store.query("SELECT model_id, path FROM checkpoints")}
+    assert recorded == {"sft-a": str(tmp_path / inside), "sft-b": str(outside)}  # usable from any folder, SQL's too
+    assert checkpoints.get(store, "campflow-data/models/sft-a").model_id == "sft-a"  # named by its path, as given
+    assert checkpoints.get(store, str(tmp_path / inside)).model_id == "sft-a"
+
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    there = Store(tmp_path / "campflow-data" / "campflow.duckdb")
+    with there.connection() as con:  # recorded before 2026-12-03: relative to the folder its command ran in
+        con.execute("UPDATE checkpoints SET path = 'campflow-data/models/sft-a' WHERE model_id = 'sft-a'")
+    assert checkpoints.get(there, "sft-a").path == tmp_path / inside
+
+    shutil.rmtree(outside)  # as `campflow gc` does
+    with pytest.raises(checkpoints.UnknownCheckpointError, match=f"sft-b is recorded at {outside}, which does not"):
+        checkpoints.get(there, "sft-b")
+    assert checkpoints.find(there, "sft-b") is None

@@ -108,6 +108,21 @@ class Store:
         """The store a workspace config names, waiting as long for the lock as it says."""
         return cls(workspace.db_path, lock_wait_s=workspace.lock_wait_s)
 
+    def record_path(self, path: str | Path) -> str:
+        """How the store records a file or folder (a checkpoint's, a dataset's): absolute, so a command
+        run from any folder, or a query's result handed to ``from_pretrained``, finds it."""
+        return str(Path(path).absolute())
+
+    def stored_path(self, recorded: str) -> Path:
+        """The file or folder a path the store recorded names, from this process. Stores written before
+        2026-12-03 hold paths relative to the folder their command ran in, most often the workspace's
+        parent (``campflow-data/models/...``): such a path is looked for there too."""
+        path = Path(recorded)
+        if path.is_absolute() or path.exists():
+            return path
+        beside = self.path.parent.absolute().parent / path
+        return beside if beside.exists() else path
+
     @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-write connection, held only for the ``with`` block."""

@@ -48,8 +48,15 @@ def checkpoint_id(kind: str, *parts: Any) -> str:
 
 
 def get(store: Store, model: str) -> Checkpoint:
-    """The checkpoint with model id ``model``, or registered at path ``model``."""
-    rows = store.query("SELECT * FROM checkpoints WHERE model_id = ? OR path = ?", [model, str(Path(model))])
+    """The checkpoint with model id ``model``, or registered at path ``model``.
+
+    Raises:
+        UnknownCheckpointError: none is recorded so, or its folder no longer exists.
+    """
+    rows = store.query(
+        "SELECT * FROM checkpoints WHERE model_id = ? OR path = ? OR path = ?",
+        [model, store.record_path(model), str(Path(model))],  # the last: as recorded before 2026-12-03
+    )
     if not rows:
         known = [r["model_id"] for r in store.query("SELECT model_id FROM checkpoints ORDER BY created_at")]
         raise UnknownCheckpointError(
@@ -57,10 +64,16 @@ def get(store: Store, model: str) -> Checkpoint:
             "(build the base model with `campflow train base`)"
         )
     r = rows[0]
+    path = store.stored_path(r["path"])
+    if not path.exists():
+        raise UnknownCheckpointError(
+            f"checkpoint {r['model_id']} is recorded at {path}, which does not exist: `campflow gc` removed it, "
+            "or it was moved"
+        )
     return Checkpoint(
         r["model_id"],
         r["kind"],
-        Path(r["path"]),
+        path,
         r["parent_model_id"],
         r["dataset_id"],
         json.loads(r["metrics"] or "{}"),
@@ -70,10 +83,9 @@ def get(store: Store, model: str) -> Checkpoint:
 def find(store: Store, model_id: str) -> Checkpoint | None:
     """The checkpoint ``model_id`` if it is registered and its folder still exists."""
     try:
-        ckpt = get(store, model_id)
+        return get(store, model_id)
     except UnknownCheckpointError:
         return None
-    return ckpt if ckpt.path.exists() else None
 
 
 def register(
@@ -95,7 +107,7 @@ def register(
         con.execute(
             "INSERT OR REPLACE INTO checkpoints (model_id, parent_model_id, kind, path, dataset_id, metrics, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [model_id, parent, kind, str(path), dataset_id, to_json(dict(metrics or {})), now()],
+            [model_id, parent, kind, store.record_path(path), dataset_id, to_json(dict(metrics or {})), now()],
         )
     return Checkpoint(model_id, kind, path, parent, dataset_id, dict(metrics or {}))
 

@@ -207,7 +207,7 @@ def build_sft_dataset(
     path = workspace / "datasets" / ds_id
     per_bootcamp = dict(Counter(r["bootcamp"] for r in kept))
     existing = store.query("SELECT path FROM datasets WHERE dataset_id = ?", [ds_id])
-    if existing and Path(existing[0]["path"]).exists():
+    if existing and store.stored_path(existing[0]["path"]).exists():
         return DatasetBuild(ds_id, "sft", path, len(kept), per_bootcamp, dict(dropped), reused=True)
     rows = [
         {
@@ -279,7 +279,7 @@ def _record(
             [
                 ds_id,
                 kind,
-                str(path),
+                store.record_path(path),
                 rows,
                 to_json({**cfg.model_dump(mode="json"), "dropped": dict(dropped)}),
                 list(run_ids),

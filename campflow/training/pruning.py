@@ -98,7 +98,7 @@ def plan(store: Store, workspace: Path, keep_newest: int = 3) -> Collection:
 
     out = Collection()
     for r in rows:
-        path = Path(r["path"])
+        path = store.stored_path(r["path"])
         if r["model_id"] in keep:
             out.kept[keep[r["model_id"]]] += 1
         elif not _inside(path, models):

@@ -273,7 +273,7 @@ def train_sft(
     with MODEL_LOADING:  # a vision-language model trains through its processor (images and text)
         processing = load_processor(parent.path) if vision else AutoTokenizer.from_pretrained(parent.path)
     check_sft_template(processing, parent.path)
-    train = datasets.load_from_disk(rows[0]["path"])
+    train = datasets.load_from_disk(store.stored_path(rows[0]["path"]))
     if "images" in train.column_names and not vision:
         raise CampflowError(
             f"dataset {dataset_id} holds images but {parent.model_id} reads text only; train a vision-language "
