@@ -166,16 +166,14 @@ def _end(last_words: Callable[[], str]) -> None:
                 say(last_words())
             except Exception:  # noqa: BLE001  (the line must come out even if the store cannot say more)
                 say(plain)
-            sys.stdout.flush()
     else:
         say(plain)
-    _stop_children()
-    os._exit(exit_code())  # the lock stays held: no shutdown begins under the exit
+    end_stopped()  # the lock stays held: no shutdown begins under the exit
 
 
 def end_stopped() -> None:
-    """After a stop, once the command has unwound and said its line: end the process now, with
-    :func:`exit_code`, its children stopped, standard output flushed.
+    """After a stop, once the command has unwound and said its line (or :func:`_end` has said it): end
+    the process now, with :func:`exit_code`, its children stopped, standard output flushed.
 
     What the interpreter would still do on its way out after a stop is Prefect's: its services drain
     their queues to the API server, which the same signal took down when the whole group got it, and they
