@@ -14,7 +14,8 @@ from rich.panel import Panel
 
 from campflow.bootcamps.messages import content_text
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, JsonOption, config_with, console, print_rows, table
+from campflow.cli.common import ConfigOption, DbOption, JsonOption, config_with, console, print_rows
+from campflow.cli.display import print_table
 
 bootcamps_app = typer.Typer(help="List, explain and sample the bootcamps.", no_args_is_help=True)
 app.add_typer(bootcamps_app, name="bootcamps")
@@ -58,35 +59,32 @@ def show_command(
     console.print(Panel(Markdown(d["description"]), title=f"{d['name']} v{d['version']} ({d['modality']})"))
     levels = d["levels"]
     keys = [k for k in dict.fromkeys(k for p in levels.values() for k in p) if k != "level"]
-    console.print(
-        table(
-            ["param", *[f"level {lvl}" for lvl in levels]],
-            [(k, *[escape(str(p.get(k))) for p in levels.values()]) for k in keys],
-            title="levels",
-        )
+    print_table(
+        console,
+        ["param", *[f"level {lvl}" for lvl in levels]],
+        [(k, *[escape(str(p.get(k))) for p in levels.values()]) for k in keys],
+        title="levels",
     )
     props = d["params_schema"].get("properties", {})
-    console.print(
-        table(
-            ["param", "type", "bounds", "description"],
-            [(k, v.get("type", ""), _bounds(v), v.get("description", "")) for k, v in props.items()],
-            title="params (what synthesis may vary)",
-        )
+    print_table(
+        console,
+        ["param", "type", "bounds", "description"],
+        [(k, v.get("type", ""), _bounds(v), v.get("description", "")) for k, v in props.items()],
+        title="params (what synthesis may vary)",
     )
-    console.print(
-        table(
-            ["tool", "ends episode", "arguments", "description"],
-            [
-                (
-                    t["name"],
-                    "yes" if t["final"] else "",
-                    ", ".join(t["parameters"].get("properties", {})),
-                    t["description"],
-                )
-                for t in d["tools"]
-            ],
-            title="tools",
-        )
+    print_table(
+        console,
+        ["tool", "ends episode", "arguments", "description"],
+        [
+            (
+                t["name"],
+                "yes" if t["final"] else "",
+                ", ".join(t["parameters"].get("properties", {})),
+                t["description"],
+            )
+            for t in d["tools"]
+        ],
+        title="tools",
     )
 
 

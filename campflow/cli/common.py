@@ -13,11 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
-from campflow.bootcamps.messages import clip
 from campflow.config import CampflowConfig, load_config
 
 console = Console(log_path=False)
@@ -171,29 +168,6 @@ def resolve_local_model(cfg: CampflowConfig) -> None:
     cfg.policy.model = local_model_path(Workspace.from_config(cfg).store if model else None, model)
 
 
-def table(columns: list[str], rows: list[tuple[Any, ...]] | list[list[Any]], title: str | None = None) -> Table:
-    """A rich table of ``rows``; numbers right-aligned, floats to four places."""
-    # no vertical rules: a table of eight short columns reads in an 80-column terminal
-    t = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    numeric = [
-        bool(rows) and all(isinstance(r[i], int | float) or r[i] is None for r in rows) for i in range(len(columns))
-    ]
-    for i, (col, num) in enumerate(zip(columns, numeric)):
-        # the first column is the row's id: it stays whole, the others fold where they must
-        t.add_column(str(col), justify="right" if num else "left", overflow="fold", no_wrap=i == 0)
-    for row in rows:
-        t.add_row(*[_cell(v) for v in row])
-    return t
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.4e}"
-    return clip(str(value), 200)
-
-
 JsonOption = typer.Option(False, "--json", help="print the rows as JSON (a list of objects), for scripts")
 
 
@@ -221,16 +195,12 @@ def print_rows(
     title: str | None = None,
     below: tuple[str, ...] = (),
 ) -> None:
-    """Rows as JSON (one object per row, every column) or as a table that reads in 80 columns: the
-    ``below`` columns (long text) are printed under it, one line per row and column, after the row's
-    first cell."""
+    """Rows as JSON (one object per row, every column) or, through :func:`~campflow.cli.display.print_table`,
+    as a table that fits the terminal: the ``below`` columns (long text) are printed under it, one line per
+    row and column, after the row's first cell; a table too wide even so is printed as ``key: value`` lines."""
     if as_json:
         print_json([dict(zip(columns, row)) for row in rows])
         return
-    keep = [i for i, c in enumerate(columns) if c not in below]
-    console.print(table([columns[i] for i in keep], [[row[i] for i in keep] for row in rows], title=title))
-    for row in rows:
-        for name in below:
-            value = row[columns.index(name)]
-            if value not in (None, ""):
-                console.print(f"{row[0]}  {name}: {value}", markup=False, highlight=False)
+    from campflow.cli.display import print_table
+
+    print_table(console, columns, rows, title=title, below=below)

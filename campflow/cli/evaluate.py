@@ -15,9 +15,9 @@ from campflow.cli.common import (
     config_with,
     console,
     resolve_local_model,
-    table,
     when_stopped,
 )
+from campflow.cli.display import print_table
 
 
 def quiet_prefect() -> None:
@@ -75,8 +75,8 @@ def eval_command(
         reporter.note("starting Prefect (the first flow on a fresh ephemeral API takes ~10 s)")
         summary = evaluate(cfg, run_id)
     console.print(f"[bold]run[/] {summary.run_id}  [bold]model[/] {summary.model_id}")
-    console.print(table(["bootcamp", "pass_rate"], list(summary.pass_rates.items())))
-    console.print(table(list(summary.terminations), [tuple(summary.terminations.values())]))
+    print_table(console, ["bootcamp", "pass_rate"], list(summary.pass_rates.items()))
+    print_table(console, list(summary.terminations), [tuple(summary.terminations.values())])
     console.print(
         f"ran {summary.ran} episode(s), kept {summary.skipped} from before; "
         f"inspect with: campflow sql \"SELECT * FROM failure_summary WHERE run_id = '{summary.run_id}'\""

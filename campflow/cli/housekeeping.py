@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import ConfigOption, DbOption, config_with, console
+from campflow.cli.display import print_table
 
 
 @app.command()
@@ -29,12 +30,11 @@ def gc(
     ws = Workspace.from_config(cfg)
     done = collect_garbage(ws.store, ws.path, cfg.workspace.db_path, keep_newest=keep, apply=apply)
     if done.removals:
-        console.print(
-            table(
-                ["path", "kind", "MB", "why it goes"],
-                [(str(r.path), r.kind, f"{r.bytes / 1e6:.1f}", r.reason) for r in done.removals],
-                title="removed" if done.applied else "would remove (dry run)",
-            )
+        print_table(
+            console,
+            ["path", "kind", "MB", "why it goes"],
+            [(str(r.path), r.kind, f"{r.bytes / 1e6:.1f}", r.reason) for r in done.removals],
+            title="removed" if done.applied else "would remove (dry run)",
         )
     kept = ", ".join(f"{n} {why}" for why, n in sorted(done.kept.items())) or "none"
     console.print(f"kept: {kept}")

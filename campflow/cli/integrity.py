@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, config_with, console, table
+from campflow.cli.common import ConfigOption, DbOption, config_with, console
+from campflow.cli.display import print_table
 
 
 @app.command()
@@ -39,7 +40,7 @@ def rescore(
             for e in changed
         ]
         columns = ["bootcamp", "instance", "sample", "old reward", "old success", "new reward", "new success"]
-        console.print(table(columns, rows, title=f"changed by {result.rescore_id}"))
+        print_table(console, columns, rows, title=f"changed by {result.rescore_id}")
     old = sum(e.old_success for e in result.episodes if e.error is None)
     new = sum(bool(e.new_success) for e in result.episodes if e.error is None)
     scored = len(result.episodes) - len(result.failed)

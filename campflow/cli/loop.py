@@ -14,9 +14,9 @@ from campflow.cli.common import (
     config_with,
     console,
     print_rows,
-    table,
     when_stopped,
 )
+from campflow.cli.display import print_table
 from campflow.cli.evaluate import quiet_prefect
 
 
@@ -47,12 +47,11 @@ def print_cycle(summary) -> None:  # noqa: ANN001
             _pct(summary.after - summary.before, sign=True),
         )
     )
-    console.print(
-        table(
-            ["bootcamp", f"before ({summary.model_id})", f"after ({summary.candidate_id})", "change"],
-            rows,
-            title=f"cycle {summary.cycle_id} on the eval split",
-        )
+    print_table(
+        console,
+        ["bootcamp", f"before ({summary.model_id})", f"after ({summary.candidate_id})", "change"],
+        rows,
+        title=f"cycle {summary.cycle_id} on the eval split",
     )
     verdict = "[green]promoted[/]" if summary.promoted else "[yellow]not promoted[/] (the current model stays)"
     console.print(f"candidate {summary.candidate_id}: {verdict}: {summary.decision}")
@@ -192,12 +191,11 @@ def report(
     facts = cycle_facts(Workspace.from_config(cfg).store, cycle)
     page = write_report(facts, cfg.improve.reports_dir / facts.cycle_id)
     names = sorted(set(facts.pass_before) | set(facts.pass_after))
-    console.print(
-        table(
-            ["bootcamp", "before", "after"],
-            [(b, facts.pass_before.get(b, 0.0), facts.pass_after.get(b, 0.0)) for b in names],
-            title=f"cycle {facts.cycle_id} ({facts.status})",
-        )
+    print_table(
+        console,
+        ["bootcamp", "before", "after"],
+        [(b, facts.pass_before.get(b, 0.0), facts.pass_after.get(b, 0.0)) for b in names],
+        title=f"cycle {facts.cycle_id} ({facts.status})",
     )
     console.print(f"{facts.metric}: {facts.before_value} -> {facts.after_value}; promoted: {facts.promoted}")
     console.print(f"report: {page}")

@@ -13,7 +13,8 @@ from typing import Any
 import typer
 
 from campflow.cli import app
-from campflow.cli.common import ConfigOption, DbOption, JsonOption, config_with, console, print_rows, table
+from campflow.cli.common import ConfigOption, DbOption, JsonOption, config_with, console, print_rows
+from campflow.cli.display import print_table
 from campflow.errors import QueryError
 from campflow.storage.query import run_sql
 
@@ -46,7 +47,7 @@ def sql(
         rows = [dict(zip(result.columns, row)) for row in result.rows]
         print(json.dumps(rows, default=_json_default, ensure_ascii=False, indent=1))
     else:
-        console.print(table(result.columns, result.rows))
+        print_table(console, result.columns, result.rows)
 
 
 @app.command()

@@ -17,8 +17,8 @@ from campflow.cli.common import (
     console,
     print_json,
     print_rows,
-    table,
 )
+from campflow.cli.display import print_table
 
 BootcampsOption = typer.Option(None, "--bootcamps", "-b", help="only these bootcamps (comma-separated)")
 
@@ -77,12 +77,11 @@ def failures(
     if not categories:
         console.print(f"run {run_id} has no model failures")
         return
-    console.print(
-        table(
-            ["bootcamp", "category", "failures", "instances", "clusters"],
-            [tuple(r.values()) for r in categories],
-            title=f"failure categories of {run_id}",
-        )
+    print_table(
+        console,
+        ["bootcamp", "category", "failures", "instances", "clusters"],
+        [tuple(r.values()) for r in categories],
+        title=f"failure categories of {run_id}",
     )
     # 80 columns: a cluster's label and its exemplar episode go under the table, after its id
     print_rows(
@@ -156,23 +155,21 @@ def synthesize(
             rollout=RolloutSettings.from_config(cfg.rollout),
             hacker=cfg.integrity.hacker,
         )
-    console.print(
-        table(
-            ["bootcamp", "cluster", "size", "label", "accepted", "rejected"],
-            [
-                (c["bootcamp"], c["cluster_id"], c["size"], c["label"], c["accepted"], c["rejected"])
-                for c in summary.per_cluster
-            ],
-            title=f"variants for {run_id} ({summary.synthesizer})",
-        )
+    print_table(
+        console,
+        ["bootcamp", "cluster", "size", "label", "accepted", "rejected"],
+        [
+            (c["bootcamp"], c["cluster_id"], c["size"], c["label"], c["accepted"], c["rejected"])
+            for c in summary.per_cluster
+        ],
+        title=f"variants for {run_id} ({summary.synthesizer})",
     )
     if summary.rejected:
-        console.print(
-            table(
-                ["reject reason", "proposals"],
-                sorted(summary.rejected.items(), key=lambda kv: -kv[1]),
-                title="rejected",
-            )
+        print_table(
+            console,
+            ["reject reason", "proposals"],
+            sorted(summary.rejected.items(), key=lambda kv: -kv[1]),
+            title="rejected",
         )
     calibrated = f"calibrated with {current.model_id}" if cfg.synthesis.calibration_samples else "not calibrated"
     console.print(
@@ -191,12 +188,11 @@ def _print_suspicious(ws, run_id: str, refresh: bool) -> None:  # noqa: ANN001  
         flagged = mine_suspicious(ws, run_id, refresh=refresh)
     rows = shares(ws.store, run_id)
     if rows:
-        console.print(
-            table(
-                ["bootcamp", "level", "solved", "suspicious", "share"],
-                [(r["bootcamp"], r["level"], r["solved"], r["suspicious"], f"{r['share']:.1%}") for r in rows],
-                title=f"suspicious successes of {run_id}",
-            )
+        print_table(
+            console,
+            ["bootcamp", "level", "solved", "suspicious", "share"],
+            [(r["bootcamp"], r["level"], r["solved"], r["suspicious"], f"{r['share']:.1%}") for r in rows],
+            title=f"suspicious successes of {run_id}",
         )
     if flagged:
         console.print(

@@ -15,9 +15,9 @@ from campflow.cli.common import (
     config_with,
     console,
     resolve_local_model,
-    table,
     when_stopped,
 )
+from campflow.cli.display import print_table
 from campflow.cli.evaluate import quiet_prefect, refuse_all_infra_errors, run_progress
 
 train_app = typer.Typer(help="Build the embedded model; fine-tune with SFT; train with RL.", no_args_is_help=True)
@@ -108,7 +108,7 @@ def collect(
     with reporter, installed:
         summary = run_collect(cfg, run_id)
     console.print(f"[bold]run[/] {summary.run_id}  [bold]policy[/] {summary.model_id}")
-    console.print(table(["bootcamp", "pass_rate"], list(summary.pass_rates.items())))
+    print_table(console, ["bootcamp", "pass_rate"], list(summary.pass_rates.items()))
     refuse_all_infra_errors(cfg.workspace.db_path, summary.run_id, summary.terminations, "collect")
     console.print(f"next: campflow dataset build --runs {summary.run_id}")
 
@@ -131,9 +131,9 @@ def dataset_build(
         f"[bold]dataset[/] {build.dataset_id}: {build.rows} rows at {build.path}"
         f"{' (already built)' if build.reused else ''}"
     )
-    console.print(table(["bootcamp", "rows"], sorted(build.per_bootcamp.items())))
+    print_table(console, ["bootcamp", "rows"], sorted(build.per_bootcamp.items()))
     if build.dropped:
-        console.print(table(["dropped because", "episodes"], sorted(build.dropped.items())))
+        print_table(console, ["dropped because", "episodes"], sorted(build.dropped.items()))
 
 
 @app.command()
@@ -293,7 +293,7 @@ def _report(result) -> None:  # noqa: ANN001
         f"[bold]{ckpt.kind}[/] {ckpt.model_id} (from {ckpt.parent_model_id}) at {ckpt.path}"
         f"{' (already trained)' if result.reused else ''}"
     )
-    console.print(table(list(shown), [tuple(shown.values())]))
+    print_table(console, list(shown), [tuple(shown.values())])
     console.print(f"evaluate it: campflow eval --policy local --model {ckpt.model_id}")
 
 
