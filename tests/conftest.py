@@ -50,6 +50,26 @@ def prefect_harness():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _commands_share_the_sessions_prefect_api(prefect_harness):
+    """The ``campflow`` commands the tests start use this test process's Prefect API.
+
+    Without ``PREFECT_API_URL`` each command that runs a flow starts an API server of its own, ~12 s of CPU
+    on these 2-core machines (a command's flow takes ~3.5 s against a running API, ~16 s alone), and the
+    suite starts dozens. The embedded default's own server is still what the tests of stopping, of the
+    README and of the server a command starts exercise: they drop ``PREFECT_API_URL`` from their env.
+    """
+    from prefect.settings import PREFECT_API_URL
+
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = str(PREFECT_API_URL.value())
+    yield
+    if before is None:
+        os.environ.pop("PREFECT_API_URL", None)
+    else:
+        os.environ["PREFECT_API_URL"] = before
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     """An empty workspace folder."""
