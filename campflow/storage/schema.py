@@ -310,6 +310,43 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE verifier_probes ADD COLUMN transcript JSON",
         ],
     ),
+    (
+        9,
+        "the recording proxy: every call of a user's agent",
+        [
+            # campflow.proxy.records: written before the call is answered; docs/proxy.md
+            """CREATE TABLE proxy_calls (
+            call_id VARCHAR NOT NULL,
+            episode_id VARCHAR NOT NULL,       -- named in the base URL's path (.../e/<episode_id>/v1)
+            seq INTEGER NOT NULL,              -- order of arrival within the episode (-1: episode unknown)
+            retry_of VARCHAR,                  -- the earlier call this one repeats (same body, same episode)
+            attempt INTEGER,                   -- the client's own retry count, if it sent one
+            backend VARCHAR NOT NULL,          -- local, vllm, endpoint
+            model VARCHAR,                     -- the model the request named
+            model_id VARCHAR NOT NULL,         -- the policy that answered
+            stream BOOLEAN,
+            status INTEGER NOT NULL,           -- the HTTP status answered
+            error_code VARCHAR,
+            error_param VARCHAR,               -- the request field at fault
+            error VARCHAR,
+            request JSON,                      -- the body as sent ({"unparsed": ...} when not JSON)
+            response JSON,                     -- the reply as a non-streamed completion, or the error body
+            prompt_ids INTEGER[],              -- the ids the model saw
+            completion_ids INTEGER[],          -- the ids it sampled (its stop token included)
+            logprobs DOUBLE[],                 -- per completion id
+            trainable BOOLEAN NOT NULL,        -- ids and logprobs are the model's own
+            continued_from VARCHAR,            -- the call whose prompt and completion ids begin this prompt
+            requested_sampling JSON,           -- what the agent asked for (not applied)
+            applied_sampling JSON,             -- what generation used
+            finish_reason VARCHAR,
+            prompt_tokens INTEGER,
+            completion_tokens INTEGER,
+            latency_s DOUBLE NOT NULL,
+            started_at TIMESTAMP NOT NULL,
+            recorded_at TIMESTAMP NOT NULL
+        )""",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
