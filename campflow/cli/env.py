@@ -23,9 +23,17 @@ def serve_command(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0: every interface)"),
     level: int | None = typer.Option(None, "--level", help="serve only this level (default: all, in rotation)"),
     sessions: int = typer.Option(64, "--sessions", min=1, help="most client sessions (concurrent rollouts) at once"),
-    seed: int = typer.Option(0, "--seed", min=0, help="seed of the first reset that names none; later ones count up"),
+    seed: int | None = typer.Option(
+        None,
+        "--seed",
+        min=0,
+        help="seed of the first reset that names none; later ones count up (default 0; mcp stdio: a fresh one "
+        "per process, each process being one episode)",
+    ),
     workspace: Path | None = WorkspaceOption,
-    protocol: str = typer.Option("openenv", "--protocol", help="openenv, or mcp: one episode per MCP session"),
+    protocol: str = typer.Option(
+        "openenv", "--protocol", help="openenv, or mcp: one episode per MCP session or episode URL (POST /episodes)"
+    ),
     transport: str = typer.Option("http", "--transport", help="mcp: http (streamable HTTP at /mcp) or stdio"),
     run_id: str | None = typer.Option(None, "--run-id", help="mcp: the run its episodes are recorded under"),
     config: Path | None = ConfigOption,
@@ -58,14 +66,14 @@ def serve_command(
         )
 
     try:
-        serve(cfg, name, host=host, port=port, level=level, sessions=sessions, seed=seed, on_ready=ready)
+        serve(cfg, name, host=host, port=port, level=level, sessions=sessions, seed=seed or 0, on_ready=ready)
     except Stopped as stop:  # Ctrl-C or SIGTERM is how a server is meant to end
         stopping.stop_was_the_end()
         console.print(f"stopped by {stop}: no longer serving {name}", markup=False)
 
 
 def _serve_mcp(
-    cfg: Any, name: str, transport: str, host: str, port: int, level: int | None, seed: int, run_id: str | None
+    cfg: Any, name: str, transport: str, host: str, port: int, level: int | None, seed: int | None, run_id: str | None
 ) -> None:
     from campflow import stopping
     from campflow.extras import require
@@ -79,8 +87,11 @@ def _serve_mcp(
         check_run_id(run_id)
 
     def ready(where: str) -> None:  # on stderr: a stdio server's stdout carries the protocol
-        how = f"on stdio (run {where})" if transport == "stdio" else f"at {where}"
-        say(f"serving {name} over MCP {how}, one episode per session; episodes recorded in the workspace's store")
+        if transport == "stdio":
+            how = f"on stdio (run {where}), one episode per process"
+        else:  # where: the /mcp URL; episode URLs come from POST /episodes beside it
+            how = f"at {where}, one episode per session (an episode URL per episode: POST {where.removesuffix('/mcp')}/episodes)"
+        say(f"serving {name} over MCP {how}; episodes recorded in the workspace's store")
 
     try:
         done = serve_mcp(

@@ -5,5 +5,7 @@ speak: a server holds one environment per client session, a client calls ``reset
 :mod:`campflow.envserve.environment` is the bootcamp behind that interface (train-split instances
 only, every step through the rollout engine's rules); :mod:`campflow.envserve.server` runs OpenEnv's
 own server for it. Neither is imported by ``import campflow.envserve``: OpenEnv's server stack takes
-seconds to import, and only ``campflow env serve`` needs it.
+seconds to import, and only ``campflow env serve`` needs it. The instances come from
+:mod:`campflow.envserve.stream`, which serving over MCP (:mod:`campflow.mcp.serve`) draws from too,
+without OpenEnv.
 """

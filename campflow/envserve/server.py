@@ -22,7 +22,7 @@ from campflow.rollout.engine import RolloutSettings
 if TYPE_CHECKING:
     from campflow.bootcamps.base import Bootcamp
     from campflow.config import CampflowConfig
-    from campflow.envserve.environment import TrainStream
+    from campflow.envserve.stream import TrainStream
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def train_stream(cfg: CampflowConfig, name: str, level: int | None = None, seed:
         UnknownBootcampError: ``name`` is neither built in nor imported or authored in the workspace.
         InvalidParamsError: ``level`` is not one of the bootcamp's levels.
     """
-    from campflow.envserve.environment import TrainStream
+    from campflow.envserve.stream import TrainStream
     from campflow.storage.workspace import Workspace
 
     ws = Workspace.from_config(cfg)

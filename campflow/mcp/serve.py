@@ -1,21 +1,37 @@
-"""``campflow env serve NAME --protocol mcp``: a bootcamp as an MCP server, one episode per MCP session.
+"""``campflow env serve NAME --protocol mcp``: a bootcamp as an MCP server, one episode per client session.
 
-An MCP-speaking agent harness connects (stdio, or streamable HTTP at ``/mcp``) and plays one episode of
-a train-split instance (:class:`campflow.envserve.environment.TrainStream`: never an eval or probe
-instance):
+An MCP-speaking agent harness connects (stdio, or streamable HTTP) and plays one episode of a
+train-split instance (:class:`campflow.envserve.stream.TrainStream`: never an eval or probe
+instance). What names the episode depends on what the client's protocol revision carries:
+
+- stdio: the connection. One process is one episode (its own instance: without ``--seed``, each
+  process starts from a fresh seed).
+- streamable HTTP at ``/mcp``, revisions up to 2025-11-25: the ``initialize`` handshake's session
+  (``Mcp-Session-Id``). Revision 2026-07-28 has no handshake and no session: each request stands alone,
+  so nothing tells two clients apart at ``/mcp``. Its requests there are refused with
+  ``UNSUPPORTED_PROTOCOL_VERSION`` naming the handshake revisions (a client in ``auto`` mode, such
+  as the OpenAI Agents SDK's, falls back to ``initialize`` and gets a session), never served from a
+  shared episode.
+- streamable HTTP at an episode URL, ``/mcp/e/<episode id>``, every revision: ``POST /episodes``
+  draws an instance and answers ``{"episode", "url", "instance_id", "level", "seed"}``; every request
+  to that URL plays that episode.
+
+Each episode has:
 
 - the task: the server's instructions (stdio: the episode's own task; HTTP, where one server has many
-  sessions: the bootcamp's task description) and the ``campflow://task`` resource (the prompt's
-  messages, the instance's id, level and seed);
+  episodes: the bootcamp's task description) and the ``campflow://task`` resource (the prompt's
+  messages, the instance's id, level and seed, the episode's id);
 - the bootcamp's tools as MCP tools with their schemas; each call is one agent turn played through the
   rollout engine (:class:`campflow.rollout.stepped.SteppedEpisode`), so a refused or malformed call gets
   the engine's ``Error: ...`` (an ``isError`` result) and the episode ends where an evaluation's would;
 - results and images as MCP content (text, PNG images);
-- when the episode ends, the final tool result says so and carries ``reward``, ``success`` and
-  ``termination`` as structured content, and the episode is written to the workspace's store under the
-  server's run id (model ``mcp-client``), so the harness's failures are mined like any policy's.
+- when the episode ends, the final tool result says so and carries ``reward``, ``success``,
+  ``termination``, ``run_id`` and ``episode_id`` as structured content, and the episode is written once
+  to the workspace's store under the server's run id (model ``mcp-client``), so the harness's failures
+  are mined like any policy's.
 
-A session that calls a tool after its episode ended gets an error; a new session starts a new episode.
+A call after the episode ended gets an error naming that episode and its outcome, never another
+episode's state; a new session (or episode URL) starts a new episode.
 """
 
 from __future__ import annotations
@@ -23,8 +39,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
-import itertools
 import json
+import secrets
 import sys
 import threading
 import uuid
@@ -35,65 +51,110 @@ from typing import TYPE_CHECKING, Any
 from campflow.agents.base import PolicyReply
 from campflow.bootcamps.messages import content_text
 from campflow.rollout.engine import RolloutSettings
+from campflow.rollout.episode import episode_id
 from campflow.rollout.stepped import SteppedEpisode
 
 if TYPE_CHECKING:
     from campflow.config import CampflowConfig
-    from campflow.envserve.environment import TrainStream
+    from campflow.envserve.stream import TrainStream
     from campflow.rollout.episode import Episode
     from campflow.storage.store import Store
 
 TASK_URI = "campflow://task"
 MODEL_ID = "mcp-client"
+MCP_PATH = "/mcp"
+EPISODES_PATH = "/episodes"
+EPISODE_PATH = "/mcp/e/"
+
+
+class UnknownEpisodeError(KeyError):
+    """An episode URL names no episode this server handed out."""
 
 
 @dataclass
 class _Session:
     episode: SteppedEpisode
     sample: int
+    id: str
+    outcome: dict[str, Any] | None = None
 
 
 class EpisodeServer:
     """The episodes of one ``--protocol mcp`` server: a stream of instances, a store and a run id.
 
     Args:
-        stream: where each session's instance is drawn from (train split only).
+        stream: where each episode's instance is drawn from (train split only).
         settings: the episode limits, as in evaluation.
         store: where finished episodes are written (None: nowhere).
         run_id: the run the episodes belong to.
+        first_sample: the sample index of the first episode; later ones count up (a resumed run starts
+            past the episodes it already has, so none is overwritten).
     """
 
     def __init__(
-        self, stream: TrainStream, settings: RolloutSettings, store: Store | None = None, run_id: str = ""
+        self,
+        stream: TrainStream,
+        settings: RolloutSettings,
+        store: Store | None = None,
+        run_id: str = "",
+        first_sample: int = 0,
     ) -> None:
         self.stream, self.settings, self.store, self.run_id = stream, settings, store, run_id
         self.bootcamp = stream.bootcamp
-        self._sessions: dict[str, _Session] = {}
-        self._count = itertools.count()
+        self._by_key: dict[str, _Session] = {}
+        self._by_id: dict[str, _Session] = {}
+        self._next_sample = first_sample
         self._lock = threading.Lock()
         self.recorded: list[Episode] = []
 
     def open(self, key: str) -> _Session:
-        """The session's episode (drawn on its first request)."""
+        """The episode of connection ``key`` (a session id, ``stdio``), drawn on its first request."""
         with self._lock:
-            session = self._sessions.get(key)
+            session = self._by_key.get(key)
             if session is None:
-                instance = self.stream.draw()
-                session = self._sessions[key] = _Session(
-                    SteppedEpisode(self.bootcamp, instance, self.settings), next(self._count)
-                )
-                if self.store is not None:
-                    self.store.write_instances([instance], split="train")
+                session = self._by_key[key] = self._draw()
+        return session
+
+    def new(self) -> _Session:
+        """A fresh episode, reachable only by its id (an episode URL)."""
+        with self._lock:
+            return self._draw()
+
+    def find(self, episode: str) -> _Session:
+        """The episode with id ``episode``.
+
+        Raises:
+            UnknownEpisodeError: this server has no episode with that id.
+        """
+        session = self._by_id.get(episode)
+        if session is None:
+            raise UnknownEpisodeError(
+                f"no episode {episode!r} on this server; POST {EPISODES_PATH} for a new episode URL"
+            )
+        return session
+
+    def _draw(self) -> _Session:
+        instance = self.stream.draw()
+        sample, self._next_sample = self._next_sample, self._next_sample + 1
+        session = _Session(
+            SteppedEpisode(self.bootcamp, instance, self.settings), sample, episode_id(self.run_id, instance.id, sample)
+        )
+        self._by_id[session.id] = session
+        if self.store is not None:
+            self.store.write_instances([instance], split="train")
+        if session.episode.episode is not None:  # setting it up failed: it is over before a call
+            self._finish(session, session.episode.episode)
         return session
 
     def task(self, session: _Session) -> dict[str, Any]:
-        """The ``task`` resource: the prompt and what instance it is."""
+        """The ``task`` resource: the prompt and what instance and episode it is."""
         episode = session.episode
         return {
             "bootcamp": self.bootcamp.name,
             "instance_id": episode.instance.id,
             "level": episode.instance.level,
             "seed": episode.instance.seed,
+            "episode_id": session.id,
             "messages": episode.prompt,
         }
 
@@ -113,8 +174,9 @@ class EpisodeServer:
     ) -> tuple[list[Any], dict[str, Any] | None, bool]:
         """Play one call as the agent's turn: (content parts, structured result when the episode ended, is_error)."""
         episode = session.episode
-        if episode.done:
-            return [("text", "Error: the episode has ended; open a new MCP session for another.")], None, True
+        if session.outcome is not None:
+            ended = f"episode {session.id}: {session.outcome['termination']}, reward {session.outcome['reward']:g}"
+            return [("text", f"Error: the episode has ended ({ended}); a new MCP session plays another.")], None, True
         call = {
             "id": f"call_{episode.turns}_0",
             "type": "function",
@@ -125,22 +187,23 @@ class EpisodeServer:
         refused = any(m.get("role") == "tool" and str(m.get("content", "")).startswith("Error:") for m in turn.messages)
         if turn.episode is None:
             return parts, None, refused
-        finished = self._finish(session, turn.episode)
-        outcome = {k: finished[k] for k in ("reward", "success", "termination")}
-        parts.append(("text", f"Episode over: {finished['termination']}, reward {finished['reward']:g}."))
-        return parts, {**outcome, "run_id": self.run_id, "episode_id": finished["episode_id"]}, False
+        outcome = self._finish(session, turn.episode)
+        parts.append(("text", f"Episode over: {outcome['termination']}, reward {outcome['reward']:g}."))
+        return parts, outcome, False
 
     def _finish(self, session: _Session, episode: Episode) -> dict[str, Any]:
         recorded = dataclasses.replace(episode, run_id=self.run_id, model_id=MODEL_ID, sample=session.sample)
         if self.store is not None:
             self.store.write_episodes([recorded.freeze()])
         self.recorded.append(recorded)
-        return {
+        session.outcome = {
             "reward": recorded.reward,
             "success": recorded.success,
             "termination": recorded.termination.value,
+            "run_id": self.run_id,
             "episode_id": recorded.id,
         }
+        return session.outcome
 
 
 def _parts(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
@@ -161,14 +224,46 @@ def _parts(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
 
 
 def build_server(episodes: EpisodeServer, instructions: str) -> Any:
-    """The MCP low-level server of ``episodes``: tools, the task resource, one episode per session."""
+    """The MCP low-level server of ``episodes``: tools, the task resource, one episode per client session."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    def no_episode(ctx: Any) -> MCPError:
+        # 2026-07-28 requests carry no session: at /mcp nothing tells two clients apart, and serving them
+        # one shared episode would mix their turns; a client in auto mode falls back to initialize on this
+        message = (
+            f"protocol revision {ctx.protocol_version} has no session, so a request to {MCP_PATH} names no "
+            f"episode: POST {EPISODES_PATH} for an episode URL ({EPISODE_PATH}<episode id>), or connect "
+            f"with initialize (revision {HANDSHAKE_PROTOCOL_VERSIONS[-1]} or older: one episode per session)"
+        )
+        data = {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": ctx.protocol_version}
+        return MCPError(types.UNSUPPORTED_PROTOCOL_VERSION, message, data)
 
     def session_of(ctx: Any) -> _Session:
-        # streamable HTTP names the session in a header on every request; stdio is one session
         request = getattr(ctx, "request", None)
-        return episodes.open(request.headers.get("mcp-session-id", "") if request is not None else "stdio")
+        if request is None:  # stdio: the process is the connection, one episode
+            return episodes.open("stdio")
+        if "episode" in request.path_params:  # an episode URL, any revision
+            try:
+                return episodes.find(request.path_params["episode"])
+            except UnknownEpisodeError as exc:
+                raise MCPError(types.INVALID_PARAMS, exc.args[0]) from None
+        session_id = request.headers.get("mcp-session-id")
+        if not session_id:
+            raise no_episode(ctx)
+        return episodes.open(f"session:{session_id}")
+
+    async def discover(ctx: Any, params: Any) -> Any:
+        request = getattr(ctx, "request", None)
+        if request is not None and "episode" not in request.path_params:  # HTTP at /mcp
+            raise no_episode(ctx)
+        return types.DiscoverResult(
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS),
+            capabilities=server.get_capabilities(protocol_version=ctx.protocol_version),
+            instructions=server.instructions,
+        )
 
     async def list_tools(ctx: Any, params: Any) -> Any:
         return types.ListToolsResult(tools=[types.Tool(**t) for t in episodes.tools(session_of(ctx))])
@@ -184,6 +279,7 @@ def build_server(episodes: EpisodeServer, instructions: str) -> Any:
         return types.CallToolResult(content=content, structured_content=outcome, is_error=is_error)
 
     async def list_resources(ctx: Any, params: Any) -> Any:
+        session_of(ctx)  # the same refusal as every other request that names no episode
         task = types.Resource(
             uri=TASK_URI, name="task", mime_type="application/json", description="this session's task"
         )
@@ -197,7 +293,7 @@ def build_server(episodes: EpisodeServer, instructions: str) -> Any:
             contents=[types.TextResourceContents(uri=TASK_URI, mime_type="application/json", text=text)]
         )
 
-    return Server(
+    server = Server(
         f"campflow-{episodes.bootcamp.name}",
         instructions=instructions,
         on_list_tools=list_tools,
@@ -205,6 +301,39 @@ def build_server(episodes: EpisodeServer, instructions: str) -> Any:
         on_list_resources=list_resources,
         on_read_resource=read_resource,
     )
+    server.add_request_handler("server/discover", types.RequestParams, discover)
+    return server
+
+
+def http_app(server: Any, episodes: EpisodeServer, host: str) -> Any:
+    """The Starlette app of an HTTP server: ``/mcp`` (sessions), ``/mcp/e/<id>`` (episode URLs), ``POST /episodes``."""
+    import anyio
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+    from mcp.server.transport_security import TransportSecurityMiddleware
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    security = TransportSecurityMiddleware(server.session_manager.security_settings)
+
+    async def new_episode(request: Request) -> Response:
+        refused = await security.validate_request(request, is_post=False)  # the Host check of /mcp
+        if refused is not None:
+            return refused
+        session = await anyio.to_thread.run_sync(episodes.new)  # draws, and writes the instance to the store
+        task = episodes.task(session)
+        url = f"{str(request.base_url).rstrip('/')}{EPISODE_PATH}{session.id}"
+        found = {k: task[k] for k in ("instance_id", "level", "seed")}
+        return JSONResponse({"episode": session.id, "url": url, **found}, status_code=201)
+
+    app.router.routes.extend(
+        [
+            Route(EPISODE_PATH + "{episode}", endpoint=StreamableHTTPASGIApp(server.session_manager)),
+            Route(EPISODES_PATH, endpoint=new_episode, methods=["POST"]),
+        ]
+    )
+    return app
 
 
 def serve_mcp(
@@ -215,21 +344,27 @@ def serve_mcp(
     host: str = "127.0.0.1",
     port: int = 8000,
     level: int | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     run_id: str | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> str:
     """Serve bootcamp ``name`` over MCP until the client (stdio) or the process (HTTP) stops; returns the run id.
+
+    ``seed`` is the seed of the first episode's instance, later ones counting up; None: 0 over HTTP, a
+    fresh one per stdio process (each is one episode, which would otherwise be the same instance).
 
     Raises:
         UnknownBootcampError, InvalidParamsError, EnvServerError: before anything is served.
     """
     import anyio
 
+    from campflow.bootcamps.splits import TRAIN_SEED_LIMIT
     from campflow.envserve.server import listen, train_stream
     from campflow.errors import EnvServerError
     from campflow.storage.workspace import Workspace
 
+    if seed is None:
+        seed = secrets.randbelow(TRAIN_SEED_LIMIT) if transport == "stdio" else 0
     stream = train_stream(cfg, name, level, seed)
     check = SteppedEpisode(stream.bootcamp, stream.draw(seed=seed), RolloutSettings.from_config(cfg.rollout))
     if check.done:
@@ -238,10 +373,14 @@ def serve_mcp(
     store = Workspace.from_config(cfg).store
     run_id = run_id or f"mcp-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
     # an evaluation of the client: its failures are mined like any policy's
-    store.start_run(run_id, "evaluate", {"bootcamp": name, "protocol": "mcp", "transport": transport}, MODEL_ID)
-    episodes = EpisodeServer(stream, RolloutSettings.from_config(cfg.rollout), store, run_id)
+    config = {"bootcamp": name, "protocol": "mcp", "transport": transport, "seed": seed}
+    first_sample = 0
+    if not store.start_run(run_id, "evaluate", config, MODEL_ID):  # resumed: its episodes stay as they are
+        [row] = store.query("SELECT max(sample_index) AS last FROM episodes WHERE run_id = ?", [run_id])
+        first_sample = 0 if row["last"] is None else row["last"] + 1
+    episodes = EpisodeServer(stream, RolloutSettings.from_config(cfg.rollout), store, run_id, first_sample)
     if transport == "stdio":
-        first = episodes.open("stdio")  # the one session of a stdio server: its task is the instructions
+        first = episodes.open("stdio")  # the one episode of a stdio server: its task is the instructions
         instructions = content_text(first.episode.prompt[-1].get("content")) if first.episode.prompt else ""
         server = build_server(episodes, instructions)
 
@@ -263,8 +402,8 @@ def serve_mcp(
     server = build_server(episodes, stream.bootcamp.describe_task() + f"\n\nRead the task resource {TASK_URI}.")
     sock = listen(host, port)
     try:
-        app = server.streamable_http_app(host=host)
-        url = f"http://{host}:{sock.getsockname()[1]}/mcp"
+        app = http_app(server, episodes, host)
+        url = f"http://{host}:{sock.getsockname()[1]}{MCP_PATH}"
 
         class _Server(uvicorn.Server):
             async def startup(self, sockets: Any = None) -> None:
