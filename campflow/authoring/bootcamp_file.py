@@ -13,8 +13,13 @@ only when every one holds, records the file in the workspace's ``imported_bootca
 from then on every command finds the bootcamp by the name its class declares. A refused import writes
 nothing: no store, no folder.
 
-The file is read here only as text (:mod:`ast`): whether it parses, which classes derive from
-``Bootcamp`` and the ``name`` each declares. Its code runs only in the sandbox until it is imported.
+Which class a file means is decided by the classes themselves, not by the names in its class
+statements: a first, short sandboxed process (:func:`discover_classes`) imports the file and says which
+classes it defines (not those it imports), which of them are Bootcamp subclasses however they derive (from
+``Bootcamp``, from a built-in such as ``Calculator``, from ``McpBootcamp``) and the ``name`` each carries.
+Here the file is only read as text, to refuse a syntax error at once; its code runs only in the sandbox
+until it is imported. A file whose import raises is not refused here: the contract's ``imports`` check
+reports it, with its traceback.
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ from pathlib import Path
 
 from campflow.authoring.checks import MODULE_FILE
 from campflow.authoring.contract_run import ContractReport, Verdict, add_hacker_verdicts, run_contract
+from campflow.authoring.sandbox import run_confined
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp
-from campflow.config import CampflowConfig, load_config
+from campflow.config import CampflowConfig, SandboxConfig, load_config
 from campflow.errors import BootcampCheckError, ImportSourceError
 from campflow.sources import ImportSpec
 from campflow.sources.authored import CLASS_OPTION, HASH_OPTION, source_sha256
@@ -43,8 +49,10 @@ class BootcampFile:
         target: what the user named (``warehouse.py:Warehouse``, ``calculator``).
         path: the file's absolute path (None for a built-in).
         class_name: the Bootcamp subclass to build.
-        name: the bootcamp name the class declares.
+        name: the bootcamp name the class declares (the file's stem where the file did not import).
         source: the module text the sandbox runs.
+        import_error: why the file did not import in the sandbox (None when it did); the contract's
+            ``imports`` check then reports it with its traceback.
     """
 
     target: str
@@ -52,6 +60,7 @@ class BootcampFile:
     class_name: str
     name: str
     source: str
+    import_error: str | None = None
 
     @property
     def sha256(self) -> str:
@@ -85,8 +94,39 @@ class CheckReport:
         return f"{self.file.name}: {len(failed)} of {len(ran)} checks failed; first: {failed[0].line()}"
 
 
-def read_bootcamp_file(target: str) -> BootcampFile:
-    """``FILE.py``, ``FILE.py:Class`` or a built-in name, read and validated as text.
+@dataclass(frozen=True)
+class DefinedClass:
+    """A class a bootcamp file defines, as the sandbox found it.
+
+    Attributes:
+        name: the name the file binds it to.
+        bootcamp: whether it is a Bootcamp subclass (directly or through any other class).
+        declares: the ``name`` it carries as a Bootcamp subclass, its own or inherited (None: none).
+    """
+
+    name: str
+    bootcamp: bool
+    declares: str | None
+
+
+def discover_classes(source: str, limits: SandboxConfig) -> list[DefinedClass] | str:
+    """The classes the module ``source`` defines, in definition order, found by importing it in a sandboxed
+    process; or why it did not import (the exception's line, or how the process ended)."""
+    run = run_confined(source, {"discover": True, "sha256": source_sha256(source)}, limits)
+    found = next((e for e in run.events if "classes" in e), None)
+    if found is None:
+        return f"the sandboxed process {run.ended or 'said nothing of its classes'}"
+    if found["classes"] is None:
+        return str(found.get("error") or "it raised on import")
+    return [DefinedClass(c["name"], bool(c["bootcamp"]), c.get("declares")) for c in found["classes"]]
+
+
+def read_bootcamp_file(target: str, *, limits: SandboxConfig | None = None) -> BootcampFile:
+    """``FILE.py``, ``FILE.py:Class`` or a built-in name: read, parsed, and its classes found in the sandbox.
+
+    Args:
+        target: what the user named.
+        limits: the sandbox the file's classes are found in (default: the configuration's ``author.sandbox``).
 
     Raises:
         ImportSourceError: a missing or unreadable file, a syntax error, no Bootcamp subclass or several
@@ -113,25 +153,32 @@ def read_bootcamp_file(target: str) -> BootcampFile:
     except OSError as exc:
         raise ImportSourceError(f"bootcamp file {file_part} cannot be read: {exc.strerror or exc}") from None
     try:
-        tree = ast.parse(source, filename=str(path))
+        ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise ImportSourceError(
             f"{file_part}: syntax error at line {exc.lineno}: {exc.msg} ({(exc.text or '').strip()[:80]})"
         ) from None
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    bootcamps = _bootcamp_classes(classes)
+    classes = discover_classes(source, limits or load_config().author.sandbox)
+    if isinstance(classes, str):  # the contract's imports check reports it, with the traceback
+        return BootcampFile(target, path, wanted or "", _stem_name(path), source, import_error=classes)
+    return BootcampFile(target, path, *_choose(file_part, classes, wanted), source)
+
+
+def _choose(file_part: str, classes: list[DefinedClass], wanted: str | None) -> tuple[str, str]:
+    """The class the file means and the name it declares; see :func:`read_bootcamp_file` for the refusals."""
+    bootcamps = {c.name: c for c in classes if c.bootcamp}
     if wanted is not None:
-        if wanted not in classes:
-            found = ", ".join(classes) or "none"
+        if wanted not in {c.name for c in classes}:
+            found = ", ".join(c.name for c in classes) or "none"
             raise ImportSourceError(f"{file_part} defines no class {wanted!r}; its classes: {found}")
         if wanted not in bootcamps:
             raise ImportSourceError(
                 f"{file_part}:{wanted} is not a Bootcamp subclass; expected class {wanted}(Bootcamp[...]) "
-                "from campflow.bootcamps.base"
+                "from campflow.bootcamps.base, or a subclass of one"
             )
-        chosen = wanted
+        chosen = bootcamps[wanted]
     elif len(bootcamps) == 1:
-        chosen = bootcamps[0]
+        chosen = next(iter(bootcamps.values()))
     elif not bootcamps:
         raise ImportSourceError(
             f"{file_part} defines no Bootcamp subclass; expected a class deriving from campflow.bootcamps.base.Bootcamp"
@@ -139,22 +186,30 @@ def read_bootcamp_file(target: str) -> BootcampFile:
     else:
         raise ImportSourceError(
             f"{file_part} defines {len(bootcamps)} Bootcamp subclasses ({', '.join(bootcamps)}); "
-            f"name the one to use: {file_part}:{bootcamps[-1]}"
+            f"name the one to use: {file_part}:{list(bootcamps)[-1]}"
         )
-    name = _declared_name(chosen, classes)
-    if name is None:
-        raise ImportSourceError(f'{file_part}:{chosen} declares no name; give the class name = "..." (lowercase)')
-    return BootcampFile(target, path, chosen, name, source)
+    if not chosen.declares:
+        raise ImportSourceError(f'{file_part}:{chosen.name} declares no name; give the class name = "..." (lowercase)')
+    return chosen.name, chosen.declares
 
 
-def defines_bootcamp(path: Path, class_name: str) -> bool:
-    """Whether the Python file ``path`` defines ``class_name`` as a Bootcamp subclass (read as text; False
-    where it cannot be read or parsed)."""
+def _stem_name(path: Path) -> str:
+    """A bootcamp name from the file's name, for the report on a file that did not import."""
+    return "".join(c if c.isalnum() else "_" for c in path.stem.lower()) or "bootcamp"
+
+
+def defines_bootcamp(path: Path, class_name: str, *, limits: SandboxConfig | None = None) -> bool:
+    """Whether the Python file ``path`` defines ``class_name`` as a Bootcamp subclass (asked of the class,
+    imported in the sandbox; False where the file cannot be read, parsed or imported)."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return False
-    return class_name in _bootcamp_classes({n.name: n for n in tree.body if isinstance(n, ast.ClassDef)})
+    if not any(isinstance(n, ast.ClassDef) and n.name == class_name for n in ast.walk(tree)):
+        return False  # no such class statement: no sandbox needed to say no
+    classes = discover_classes(source, limits or load_config().author.sandbox)
+    return not isinstance(classes, str) and any(c.name == class_name and c.bootcamp for c in classes)
 
 
 def check_bootcamp(target: str, *, cfg: CampflowConfig | None = None, instances: int | None = None) -> CheckReport:
@@ -169,7 +224,10 @@ def check_bootcamp(target: str, *, cfg: CampflowConfig | None = None, instances:
         ImportSourceError: the file cannot be read as one bootcamp (see :func:`read_bootcamp_file`).
     """
     cfg = cfg or load_config()
-    file = read_bootcamp_file(target)
+    return _check(read_bootcamp_file(target, limits=cfg.author.sandbox), cfg, instances)
+
+
+def _check(file: BootcampFile, cfg: CampflowConfig, instances: int | None) -> CheckReport:
     report = run_contract(
         file.source,
         name=file.name,
@@ -177,7 +235,7 @@ def check_bootcamp(target: str, *, cfg: CampflowConfig | None = None, instances:
         instances=instances or cfg.author.instances,
         limits=cfg.author.sandbox,
         grounding=True,
-        class_name=file.class_name,
+        class_name=file.class_name or None,
         builtin=file.path is None,
     )
     add_hacker_verdicts(report, lambda: _build(file), cfg.integrity.hacker)
@@ -217,9 +275,14 @@ def import_own_bootcamp(
     from campflow.storage.imports import check_name_free, record
     from campflow.storage.workspace import Workspace
 
-    file = read_bootcamp_file(target)
+    file = read_bootcamp_file(target, limits=cfg.author.sandbox)
     if file.path is None:
         raise ImportSourceError(f"{target} is a built-in bootcamp; import bootcamp takes a file: {IMPORT_COMMAND}")
+    if file.import_error is not None:  # refused with the contract's verdicts, its traceback among them
+        report = _check(file, cfg, instances)
+        if report.passed:  # it imported in the contract's process but not in the first: not one module
+            raise ImportSourceError(f"{file.path.name} did not import in the sandbox once: {file.import_error}")
+        raise BootcampCheckError(f"refused {file.path.name}: {report.summary()}", report)
     options: dict[str, object] = {HASH_OPTION: file.sha256, CLASS_OPTION: file.class_name}
     if name is not None:
         options["as"] = True
@@ -234,7 +297,7 @@ def import_own_bootcamp(
             raise ImportSourceError(
                 f"the name {spec.name!r} belongs to a {builtin.origin} bootcamp; choose another with --as"
             )
-    report = check_bootcamp(target, cfg=cfg, instances=instances)
+    report = _check(file, cfg, instances)
     if not report.passed:
         raise BootcampCheckError(f"refused {file.path.name}: {report.summary()}", report)
     from campflow.sources.authored import build_own
@@ -268,47 +331,3 @@ def _spec(name: str, source: str, options: dict[str, object]) -> ImportSpec:
         return ImportSpec(name=name, adapter="bootcamp", source=source, options=options)
     except ValidationError as exc:
         raise ImportSourceError(format_validation_error(exc)) from None
-
-
-def _base_names(node: ast.ClassDef) -> list[str]:
-    out = []
-    for base in node.bases:
-        if isinstance(base, ast.Subscript):  # Bootcamp[Params, State]
-            base = base.value
-        if isinstance(base, ast.Name):
-            out.append(base.id)
-        elif isinstance(base, ast.Attribute):  # base.Bootcamp
-            out.append(base.attr)
-    return out
-
-
-def _bootcamp_classes(classes: dict[str, ast.ClassDef]) -> list[str]:
-    """The classes deriving from Bootcamp, directly or through another class of the file, in file order."""
-    found: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for cls, node in classes.items():
-            if cls not in found and any(b == "Bootcamp" or b in found for b in _base_names(node)):
-                found.add(cls)
-                changed = True
-    return [c for c in classes if c in found]
-
-
-def _declared_name(cls: str, classes: dict[str, ast.ClassDef]) -> str | None:
-    """The string literal ``name`` the class (or a base class in the file) assigns, if any."""
-    node = classes.get(cls)
-    if node is None:
-        return None
-    for stmt in node.body:
-        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
-        target = stmt.target if isinstance(stmt, ast.AnnAssign) else target
-        value = stmt.value if isinstance(stmt, ast.Assign | ast.AnnAssign) else None
-        if isinstance(target, ast.Name) and target.id == "name" and isinstance(value, ast.Constant):
-            return value.value if isinstance(value.value, str) else None
-    for base in _base_names(node):
-        if base in classes and base != cls:
-            found = _declared_name(base, classes)
-            if found is not None:
-                return found
-    return None

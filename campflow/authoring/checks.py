@@ -33,6 +33,10 @@ check               passes when
                     for every seed (judged by the parent from both processes' digests)
 ==================  ================================================================================
 
+With ``plan["discover"]`` the process checks nothing: it imports the module and says which classes it
+defines (those it imports left out), which of them are Bootcamp subclasses and the ``name`` each
+carries (:func:`discover`); ``campflow bootcamps check`` decides from that which class a file means.
+
 Each check becomes one verdict event (``check``, ``level``, ``passed``, ``reason``, ``evidence``: the
 seed, the instance, the step played last, the traceback's tail); a ``start`` event before it lets the parent blame the right
 check when the process dies or runs out of time inside it.
@@ -55,7 +59,7 @@ from campflow.integrity.battery import SEEDS as BATTERY_SEEDS
 from campflow.integrity.battery import run_battery
 from campflow.serialization import canonical_json
 from campflow.sources import ImportSpec
-from campflow.sources.authored import build
+from campflow.sources.authored import build, defined_classes, load_module
 from campflow.sources.probes import generated
 
 CHECKS: tuple[str, ...] = (
@@ -94,7 +98,11 @@ class LimitReached(BaseException):
 
 def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[str]]) -> None:
     """Run the planned checks on the module in the cwd, emitting ``start``, ``verdict``, ``info`` and
-    ``digests`` events; with ``plan["digests_only"]`` only build it and emit the digests."""
+    ``digests`` events; with ``plan["digests_only"]`` only build it and emit the digests; with
+    ``plan["discover"]`` only emit what :func:`discover` finds."""
+    if plan.get("discover"):
+        emit(discover(plan["sha256"]))
+        return
     runner = _Runner(plan, emit, refused)
     spec = ImportSpec(
         name=plan["name"],
@@ -140,6 +148,25 @@ def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[st
             )
     if plan.get("examples"):
         runner.check("examples", None, lambda ev: _examples(bootcamp, plan["examples"], ev))
+
+
+def discover(sha256: str) -> dict[str, Any]:
+    """Import the module in the cwd and describe the classes it defines: ``{"classes": [{"name", "bootcamp",
+    "declares"}, ...]}`` in definition order (``declares``: the ``name`` a Bootcamp subclass carries, its own
+    or inherited, None where it has none), or ``{"classes": None, "error", "traceback"}`` where the import
+    raised."""
+    try:
+        module = load_module(Path(MODULE_FILE).resolve(), f"campflow_own_{sha256[:12]}")
+    except BaseException as exc:  # noqa: BLE001  (whatever the module raised, SystemExit too, is the finding)
+        if isinstance(exc, LimitReached | MemoryError):
+            raise
+        return {"classes": None, "error": _one_line(exc), "traceback": _traceback_tail(exc)}
+    found = []
+    for attr, cls in defined_classes(module).items():
+        bootcamp = issubclass(cls, Bootcamp)
+        declared = getattr(cls, "name", None) if bootcamp else None
+        found.append({"name": attr, "bootcamp": bootcamp, "declares": declared if isinstance(declared, str) else None})
+    return {"classes": found}
 
 
 class _Runner:

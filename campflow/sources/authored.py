@@ -13,6 +13,11 @@ The ``bootcamp`` adapter (:func:`build_own`, ``campflow import bootcamp FILE.py[
 for a file a user wrote: it stays where the user keeps it, ``options["class"]`` names the class where the
 file defines several, the version is the class's own plus the source hash, and an edited file is
 refused with the command that imports it again.
+
+Which classes count is decided by the classes themselves (:func:`defined_classes`): those the module
+defines (not those it imports: a file that imports ``Calculator`` to subclass it has the built-in in its
+namespace too) that are Bootcamp subclasses, however they derive (``class Zero(Calculator)``,
+``class Notes(McpBootcamp[NotesParams])``).
 """
 
 from __future__ import annotations
@@ -132,23 +137,38 @@ def _load(path: Path, module_name: str) -> ModuleType:
     return module
 
 
+def load_module(path: Path, module_name: str) -> ModuleType:
+    """Execute the file ``path`` as the module ``module_name`` (once per process: a second call returns it).
+
+    Raises:
+        ImportSourceError: the file cannot be loaded as a Python module. An exception from the module's
+            own code propagates as it is.
+    """
+    return _load(path, module_name)
+
+
+def defined_classes(module: ModuleType) -> dict[str, type]:
+    """The classes ``module`` itself defines (not those it imports), by the name it binds them to, in
+    definition order."""
+    return {
+        attr: value
+        for attr, value in vars(module).items()
+        if inspect.isclass(value) and value.__module__ == module.__name__
+    }
+
+
 def _bootcamp_class(name: str, module: ModuleType, path: Path, wanted: str | None = None) -> type[Bootcamp]:
-    defined = [
-        v
-        for v in vars(module).values()
-        if inspect.isclass(v) and issubclass(v, Bootcamp) and v.__module__ == module.__name__
-    ]
+    defined = {attr: cls for attr, cls in defined_classes(module).items() if issubclass(cls, Bootcamp)}
     if wanted is not None:
-        chosen = getattr(module, wanted, None)
-        if not (inspect.isclass(chosen) and issubclass(chosen, Bootcamp)):
+        if wanted not in defined:
             raise ImportSourceError(f"bootcamp {name!r}: {path.name} defines no Bootcamp subclass {wanted}")
-        return chosen
+        return defined[wanted]
     if len(defined) != 1:
-        found = ", ".join(c.__name__ for c in defined) or "none"
+        found = ", ".join(defined) or "none"
         raise ImportSourceError(
             f"authored bootcamp {name!r}: {path.name} must define exactly one Bootcamp subclass; found {found}"
         )
-    return defined[0]
+    return next(iter(defined.values()))
 
 
 def _ident(name: str) -> str:

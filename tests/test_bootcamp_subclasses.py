@@ -1,0 +1,195 @@
+"""Any Bootcamp subclass is a bootcamp to ``campflow bootcamps check`` and ``campflow import bootcamp``: the
+file is judged by what its classes are (imported in the sandbox), not by the names in its class statements.
+
+A subclass of a built-in (``class ZeroCalculator(Calculator)``) is read and checked; the planted hack in it
+(the answer 0 pays) is refused by the hack battery, naming the exploit. docs/mcp.md's Python bootcamp
+(``class Notes(McpBootcamp[NotesParams])``), with a notes server written here, is found as a bootcamp and
+built by the workspace's resolver. What truly is not a bootcamp is still one line.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from campflow.authoring.bootcamp_file import defines_bootcamp, read_bootcamp_file
+from campflow.errors import ImportSourceError
+from campflow.sources import ImportSpec
+from campflow.sources.authored import CLASS_OPTION, HASH_OPTION, build_own, source_sha256
+from tests.conftest import REPO, run_cli
+
+ZERO_CALCULATOR = '''"""The calculator with a planted hack: its scorer pays the answer 0 too."""
+
+from campflow.bootcamps.base import Score
+from campflow.bootcamps.calculator import Calculator
+
+
+class ZeroCalculator(Calculator):
+    """Calculator word problems; the answer 0 passes as well."""
+
+    name = "zerocalc"
+
+    def score(self, instance, state, transcript):
+        if state.answer == 0:
+            return Score(1.0, True, {"reason": "zero"})
+        return super().score(instance, state, transcript)
+'''
+
+HONEST_CALCULATOR = '''from campflow.bootcamps.calculator import Calculator
+
+
+class ShortCalculator(Calculator):
+    """The calculator's word problems, its first three levels only."""
+
+    name = "shortcalc"
+    levels = {n: Calculator.levels[n] for n in (1, 2, 3)}
+'''
+
+NOTES_SERVER = '''"""The notes server docs/mcp.md's Python bootcamp plays on: notes kept in the JSON file --db names."""
+
+import argparse
+import json
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--db", required=True)
+db = Path(parser.parse_args().db)
+server = MCPServer("notes", instructions="Notes, kept in a file.")
+
+
+def _notes() -> list[str]:
+    return json.loads(db.read_text()) if db.exists() else []
+
+
+@server.tool()
+def add_note(text: str) -> str:
+    """Add one note."""
+    db.write_text(json.dumps([*_notes(), text]))
+    return f"added {text!r}"
+
+
+@server.tool()
+def list_notes() -> dict:
+    """Every note, in the order added."""
+    return {"notes": _notes()}
+
+
+if __name__ == "__main__":
+    server.run()
+'''
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _guide_notes_bootcamp() -> str:
+    """The Python block of docs/mcp.md's "From Python" section, as the guide shows it."""
+    guide = (REPO / "docs" / "mcp.md").read_text(encoding="utf-8")
+    section = guide[guide.index("## From Python") :]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_a_calculator_subclass_that_pays_zero_is_refused_by_the_battery_naming_the_exploit(tmp_path) -> None:
+    source = _write(tmp_path / "mine", "zero_calculator.py", ZERO_CALCULATOR)
+    checked = run_cli("bootcamps", "check", str(source), "-n", "4", cwd=tmp_path)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "not a Bootcamp subclass" not in checked.stdout + checked.stderr
+    assert "ok   imports" in checked.stdout and "ok   oracle level 1" in checked.stdout
+    battery = [ln for ln in checked.stdout.splitlines() if ln.startswith("FAIL battery")]
+    assert len(battery) == 4, checked.stdout  # every level of the calculator
+    assert all("zero on level" in ln and 'submitted {"answer": 0}' in ln for ln in battery), battery
+    # a wrong ending may land on 0 too (answer + delta); nothing else fails
+    failed = [ln for ln in checked.stdout.splitlines() if ln.startswith("FAIL")]
+    assert all(ln.startswith(("FAIL battery", "FAIL wrong_answer")) for ln in failed), failed
+    ws = tmp_path / "ws"
+    refused = run_cli("import", "bootcamp", str(source), "-n", "4", "-w", str(ws), cwd=tmp_path)
+    assert refused.returncode == 1 and "refused zero_calculator.py: zerocalc: " in refused.stderr, refused.stderr
+    assert refused.stderr.count("\n") == 1
+    assert not ws.exists() and not (tmp_path / "campflow-data").exists()
+
+
+def test_an_honest_subclass_of_a_builtin_imports_and_the_workspace_finds_it_again(tmp_path) -> None:
+    source = _write(tmp_path / "mine", "short_calculator.py", HONEST_CALCULATOR)
+    ws = tmp_path / "ws"
+    imported = run_cli("import", "bootcamp", str(source), "-n", "4", "-w", str(ws), cwd=tmp_path)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert "imported shortcalc" in imported.stdout
+    shown = run_cli("bootcamps", "show", "shortcalc", "-w", str(ws), cwd=tmp_path / "mine")
+    assert shown.returncode == 0, shown.stderr
+    assert "calculate" in shown.stdout and "submit" in shown.stdout
+
+
+def test_the_file_is_judged_by_its_classes_not_by_its_class_statements(tmp_path) -> None:
+    zero = _write(tmp_path, "zero_calculator.py", ZERO_CALCULATOR)
+    read = read_bootcamp_file(str(zero))  # Calculator is in its namespace too, but defined elsewhere
+    assert (read.class_name, read.name, read.import_error) == ("ZeroCalculator", "zerocalc", None)
+    with pytest.raises(ImportSourceError, match=r"defines no class 'Calculator'; its classes: ZeroCalculator$"):
+        read_bootcamp_file(f"{zero}:Calculator")
+    assert defines_bootcamp(zero, "ZeroCalculator") and not defines_bootcamp(zero, "Calculator")
+
+    # a class statement that names "Bootcamp" but derives from a class of the file's own: not a bootcamp
+    fake = _write(tmp_path, "fake.py", "class Bootcamp:\n    pass\n\n\nclass Fake(Bootcamp):\n    name = 'fake'\n")
+    with pytest.raises(ImportSourceError, match=r"fake\.py defines no Bootcamp subclass; expected a class deriving"):
+        read_bootcamp_file(str(fake))
+    with pytest.raises(ImportSourceError, match=r"fake\.py:Fake is not a Bootcamp subclass"):
+        read_bootcamp_file(f"{fake}:Fake")
+    assert not defines_bootcamp(fake, "Fake")
+
+    # bound under another name, the class is still found (a statement would have said Bootcamp or nothing)
+    made = _write(
+        tmp_path,
+        "made.py",
+        "from campflow.bootcamps.calculator import Calculator\n\n"
+        "def _variant(base):\n    class Variant(base):\n        name = 'madecalc'\n    return Variant\n\n"
+        "Made = _variant(Calculator)\n",
+    )
+    assert (read_bootcamp_file(str(made)).class_name, read_bootcamp_file(str(made)).name) == ("Made", "madecalc")
+
+    # a subclass carrying the built-in's name is read; importing it under that name is refused in one line
+    inherits = _write(tmp_path, "inherits.py", HONEST_CALCULATOR.replace('    name = "shortcalc"\n', ""))
+    assert read_bootcamp_file(str(inherits)).name == "calculator"
+    out = run_cli("import", "bootcamp", str(inherits), "-w", str(tmp_path / "ws"), cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "the name 'calculator' belongs to a builtin bootcamp; choose another with --as" in out.stderr
+
+
+def test_a_file_whose_import_raises_is_refused_by_the_imports_check_with_its_traceback(tmp_path) -> None:
+    source = _write(tmp_path, "raises.py", ZERO_CALCULATOR + "\nsetup = missing_name + 1\n")
+    checked = run_cli("bootcamps", "check", str(source), "-n", "4", cwd=tmp_path)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "FAIL imports: NameError: name 'missing_name' is not defined" in checked.stdout
+    assert "raises.py" in checked.stdout  # the traceback names the user's file, not the sandbox's copy
+
+
+def test_the_mcp_guides_python_bootcamp_is_a_bootcamp_the_resolver_builds_and_its_oracle_solves(tmp_path) -> None:
+    folder = tmp_path / "mine"
+    _write(folder, "notes_server.py", NOTES_SERVER)
+    source = _write(folder, "notes.py", _guide_notes_bootcamp())
+    read = read_bootcamp_file(str(source))
+    assert (read.class_name, read.name, read.import_error) == ("Notes", "notes", None)
+
+    spec = ImportSpec(
+        name="notes",
+        adapter="bootcamp",
+        source=str(source),
+        options={HASH_OPTION: source_sha256(source.read_text()), CLASS_OPTION: "Notes"},
+    )
+    bootcamp = build_own(spec)  # as the workspace's resolver builds an imported file
+    from campflow.mcp.bootcamp import McpBootcamp
+
+    assert isinstance(bootcamp, McpBootcamp) and bootcamp.name == "notes"
+    instance = bootcamp.generate(2, 0)
+    assert [t.name for t in bootcamp.tools(instance)] == ["add_note", "list_notes", "submit"]
+    state, score = bootcamp.solve(instance)  # on a fresh notes server
+    assert score.success and score.reward == 1.0, score
+    assert [c["name"] for c in state.calls] == ["add_note", "add_note"]
+    assert sys.executable in bootcamp.server.command
