@@ -18,7 +18,8 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.base import Action
 from campflow.config import TinyModelConfig
 from campflow.proxy.app import RecordingProxy
-from campflow.proxy.backends import ChatRequest, EndpointBackend, LocalBackend
+from campflow.proxy.backends import ChatRequest, EndpointBackend
+from campflow.proxy.local import LocalBackend
 from campflow.proxy.records import merge_calls, read_calls
 from campflow.storage.store import Store
 from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint

@@ -53,7 +53,7 @@ class RecordingProxy:
     """Serves ``backend`` to agents, one URL per episode, recording every call in ``store``.
 
     Args:
-        backend: the policy (:class:`~campflow.proxy.backends.LocalBackend` or
+        backend: the policy (:class:`~campflow.proxy.local.LocalBackend` or
             :class:`~campflow.proxy.backends.EndpointBackend`).
         store: the workspace's store; the proxy runs in the process that writes it.
         host: the interface to listen on (loopback unless told otherwise).
