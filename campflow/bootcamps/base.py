@@ -12,7 +12,9 @@ in four small layers, each testable on its own, plus an oracle:
 5. **Oracle** -- :meth:`~Bootcamp.oracle`, the next correct action from any live state: it proves
    instances solvable and makes tests exact. :meth:`~Bootcamp.demonstrate` is its grounded twin that
    teaches SFT: it observes first and acts only on what the transcript shows. :meth:`~Bootcamp.wrong_answer` and
-   :meth:`~Bootcamp.perturb` let test and demo policies fail on purpose.
+   :meth:`~Bootcamp.perturb` let test and demo policies fail on purpose; the optional
+   :meth:`~Bootcamp.divergence_kind` names, in the world's terms, the step where a failed episode left
+   every correct path (:mod:`campflow.synthesis.divergence`).
 
 The values they pass (defined in :mod:`campflow.bootcamps.values`, imported from here):
 :class:`Params` (bounded, described knobs; ``level`` included), :class:`Instance` (``id``, ``params``,
@@ -547,6 +549,48 @@ class Bootcamp(Generic[P, S]):
             A step in the wrong direction, an off-by-one argument; default: ``action`` unchanged.
         """
         return action
+
+    # -- where a failure began -------------------------------------------------------------------
+
+    def normalize_arguments(self, instance: Instance[P], name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """A call's arguments in the form two calls that mean the same act share.
+
+        :mod:`campflow.synthesis.divergence` compares a model's call with the oracle's after this; calls
+        that normalize alike are the same step. Default: validated by the tool's ``args`` model and
+        dumped as JSON values (``"5"`` and ``5.0`` for a float field are one number).
+
+        Raises:
+            KeyError: ``name`` is not a tool of this bootcamp.
+            pydantic.ValidationError: the arguments do not fit the tool's schema.
+        """
+        model = self._tools[name].args_model
+        return model.model_validate(dict(arguments)).model_dump(mode="json")
+
+    def divergence_kind(
+        self,
+        instance: Instance[P],
+        state: S,
+        model_action: Action,
+        oracle_action: Action,
+        earlier: Sequence[Action] = (),
+    ) -> str | None:
+        """Name, in this bootcamp's terms, the step where a failed episode left every correct path.
+
+        Called by :func:`campflow.synthesis.divergence.find_divergence` on the first call after which the
+        oracle can no longer succeed in the turns left. Say more than the generic kinds (``wrong_tool``,
+        ``argument:<field>``, ``early_submit``, ``no_submit``, ``extra_step``) where the world allows:
+        an operator flipped, a distractor's number used, a wall walked into.
+
+        Args:
+            state: the world just *before* ``model_action`` (read it, never change it).
+            model_action: the model's call, with the arguments as it sent them (it may have been refused).
+            oracle_action: what :meth:`oracle` would have played from ``state``.
+            earlier: the model's runnable calls before this one, in order (a revisit needs the way walked).
+
+        Returns:
+            A short lowercase kind (``"operator_flipped"``), or None (the default) for the generic kind.
+        """
+        return None
 
     def solve(self, instance: Instance[P]) -> tuple[S, Score]:
         """Play the oracle against this bootcamp directly (no engine) and score the result.

@@ -347,6 +347,31 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         )""",
         ],
     ),
+    (
+        10,
+        "where a failure began: each failed episode's first divergence from a correct path",
+        [
+            # campflow.synthesis.divergence: one row per model failure of a run; kind or reason is set
+            """CREATE TABLE divergences (
+            episode_id VARCHAR NOT NULL,
+            run_id VARCHAR NOT NULL,
+            bootcamp VARCHAR NOT NULL,
+            instance_id VARCHAR NOT NULL,
+            level INTEGER,
+            termination VARCHAR NOT NULL,
+            turn INTEGER,                      -- the diverging call's turn, from 0 (NULL: none)
+            call_index INTEGER,                -- its place among the turn's calls, from 0
+            kind VARCHAR,                      -- the bootcamp's kind or a generic one (NULL: none)
+            model_tool VARCHAR,                -- the model's call (NULL for a turn without one)
+            model_arguments JSON,
+            oracle_tool VARCHAR,               -- what the oracle would have played from the same world
+            oracle_arguments JSON,
+            reason VARCHAR,                    -- why there is no divergence (NULL when there is one)
+            found_at TIMESTAMP NOT NULL,
+            PRIMARY KEY (run_id, episode_id)
+        )""",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -424,6 +449,12 @@ VIEWS: dict[str, str] = {
                round(avg(turns), 2) AS mean_turns
         FROM episodes WHERE termination IN {MODEL_FAILURES_SQL}
         GROUP BY run_id, bootcamp, model_id, termination, reason""",
+    # Per run and bootcamp, where failed episodes left a correct path: each kind (or each reason there
+    # was none) with its episodes, instances and mean turn (campflow.synthesis.divergence).
+    "divergence_summary": """
+        SELECT run_id, bootcamp, coalesce(kind, 'none') AS kind, reason, count(*) AS episodes,
+               count(DISTINCT instance_id) AS instances, round(avg(turn), 2) AS mean_turn
+        FROM divergences GROUP BY run_id, bootcamp, kind, reason""",
     "failure_categories": """
         SELECT run_id, bootcamp, category, count(*) AS failures,
                count(DISTINCT instance_id) AS instances, count(DISTINCT cluster_id) AS clusters

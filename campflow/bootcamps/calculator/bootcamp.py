@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 import random
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +196,56 @@ class Calculator(Bootcamp[CalculatorParams, CalculatorState]):
         answer = instance.data["answer"]
         return Action("submit", {"answer": answer + rng.choice([-10, -2, -1, 1, 2, 10, 100])})
 
+    # -- where a failure began -------------------------------------------------------------------
+
+    def normalize_arguments(self, instance: Instance, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """A `calculate` call is the number it computes ("5+12" is "12 + 5"): the oracle counts progress by
+        results, so two expressions of one value are the same step."""
+        out = super().normalize_arguments(instance, name, arguments)
+        if name == "calculate":
+            try:
+                return {"expression": format_number(evaluate(out["expression"]))}
+            except ToolError:
+                return {"expression": "".join(out["expression"].split())}
+        return out
+
+    def divergence_kind(
+        self,
+        instance: Instance,
+        state: CalculatorState,
+        model_action: Action,
+        oracle_action: Action,
+        earlier: Sequence[Action] = (),
+    ) -> str | None:
+        """`operator_flipped` (a step computed with another operator than the story says),
+        `distractor_number` (a number from a sentence that plays no part), `step_skipped` (a step of the
+        story left out): read from the expression the model computed, or, for a submitted number, from
+        the one mistake that explains it on the story's chain (the rest of the chain done right)."""
+        d = instance.data
+        if model_action.name == "submit":
+            try:
+                got = float(model_action.arguments["answer"])
+            except (KeyError, TypeError, ValueError):
+                return None
+            return _explain_answer(d, _distractor_numbers(d), got)
+        if model_action.name != "calculate" or oracle_action.name != "calculate":
+            return None
+        mine = _binary(str(model_action.arguments.get("expression", "")))
+        theirs = _binary(str(oracle_action.arguments["expression"]))
+        if mine is None or theirs is None:
+            return None
+        (a, op, n), (oa, oop, on) = mine, theirs
+        if op != oop and sorted((a, n)) == sorted((oa, on)):
+            return "operator_flipped"
+        chain = {d["start"], *d["operands"], *d["values"]}
+        if any(x in _distractor_numbers(d) and x not in chain for x in (a, n)):
+            return "distractor_number"
+        done = _steps_done(d["values"], state.results)
+        later = {d["operands"][k] for k in range(done + 1, len(d["ops"]))}
+        if a == oa and n != on and n in later:
+            return "step_skipped"
+        return None
+
 
 def _next_step(value: int, params: CalculatorParams, rng: random.Random) -> tuple[str, int]:
     ops = list(params.operations)
@@ -222,6 +275,66 @@ def _steps_done(values: list[int], results: list[int | float]) -> int:
         if done < len(values) - 1 and r == values[done + 1]:
             done += 1
     return done
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_BINARY = re.compile(r"^\s*\(?\s*(-?\d+(?:\.\d+)?)\s*([+\-*/])\s*(-?\d+(?:\.\d+)?)\s*\)?\s*$")
+
+
+def _binary(expression: str) -> tuple[float, str, float] | None:
+    """``a op n`` of a one-operation expression, else None."""
+    m = _BINARY.match(expression)
+    return (float(m.group(1)), m.group(2), float(m.group(3))) if m else None
+
+
+def _distractor_numbers(data: Mapping[str, Any]) -> list[float]:
+    """The story's numbers that are not on its chain: those of the sentences that play no part."""
+    chain = Counter(float(x) for x in [data["start"], *data["operands"]])
+    out = []
+    for x in _NUMBER.findall(data["story"]):
+        v = float(x)
+        if chain[v] > 0:
+            chain[v] -= 1
+        else:
+            out.append(v)
+    return out
+
+
+def _true(a: float, op: str, n: float) -> float | None:
+    if op == "/" and n == 0:
+        return None
+    return {"+": a + n, "-": a - n, "*": a * n, "/": a / n if n else 0.0}[op]
+
+
+def _explain_answer(data: Mapping[str, Any], distractors: Sequence[float], got: float) -> str | None:
+    """The one mistake on the story's chain that leads to ``got`` (the steps after it done right, to any
+    step): an operator flipped, a distractor's number in a step's place, or a step left out."""
+    start, ops, operands = float(data["start"]), data["ops"], [float(n) for n in data["operands"]]
+
+    def runs(value: float | None, first: int) -> list[float]:
+        out = [] if value is None else [value]
+        for k in range(first, len(ops)):
+            if value is None:
+                break
+            value = _true(value, ops[k], operands[k])
+            if value is not None:
+                out.append(value)
+        return out
+
+    def hits(candidates: Sequence[float]) -> bool:
+        return any(math.isclose(got, c, rel_tol=1e-6, abs_tol=1e-6) for c in candidates)
+
+    prefix = runs(start, 0)  # the chain's values, start first
+    for i in range(len(ops)):
+        if hits([v for op in "+-*/" if op != ops[i] for v in runs(_true(prefix[i], op, operands[i]), i + 1)]):
+            return "operator_flipped"
+    if hits([v for x in distractors for v in runs(x, 0)]) or hits(
+        [v for i in range(len(ops)) for x in distractors for v in runs(_true(prefix[i], ops[i], x), i + 1)]
+    ):
+        return "distractor_number"
+    if hits([v for i in range(len(ops)) for v in runs(prefix[i], i + 1)[1:] if i + 1 < len(ops)]):
+        return "step_skipped"
+    return None
 
 
 def _reason(got: float, expected: int, intermediates: list[int]) -> str:

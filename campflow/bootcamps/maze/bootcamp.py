@@ -231,6 +231,38 @@ class Maze(Bootcamp[MazeParams, MazeState]):
             return None  # submitting here would be right; a wrong answer needs another cell
         return Action("submit", {})
 
+    def divergence_kind(
+        self,
+        instance: Instance,
+        state: MazeState,
+        model_action: Action,
+        oracle_action: Action,
+        earlier: Sequence[Action] = (),
+    ) -> str | None:
+        """For a move: `wall` (into a wall), `revisit` (back onto a cell already walked) or
+        `away_from_goal` (to a cell further from the goal by the maze's own paths)."""
+        direction = model_action.arguments.get("direction")
+        if model_action.name != "move" or direction not in STEPS:
+            return None
+        grid, goal = _grid(instance), tuple(instance.data["goal"])
+        dx, dy = STEPS[direction]
+        here, there = (state.x, state.y), (state.x + dx, state.y + dy)
+        if grid[there[1]][there[0]] == WALL:
+            return "wall"
+        walked = [tuple(instance.data["start"])]
+        for action in earlier:
+            step = STEPS.get(action.arguments.get("direction", "")) if action.name == "move" else None
+            if step is not None:
+                x, y = walked[-1][0] + step[0], walked[-1][1] + step[1]
+                if grid[y][x] != WALL:
+                    walked.append((x, y))
+        if there in walked:
+            return "revisit"
+        dist = _goal_distances(tuple(grid), goal)
+        if dist[there] > dist[here]:
+            return "away_from_goal"
+        return None
+
 
 def _optimistic_distance(
     width: int, height: int, walls: set[tuple[int, int]], start: tuple[int, int], goal: tuple[int, int]

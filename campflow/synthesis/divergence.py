@@ -1,0 +1,386 @@
+"""Where a failure began: the first call of a failed episode after which no correct path was left.
+
+A failed episode's last turn rarely names its mistake. Its calls are replayed, as recorded, on a fresh
+world of the instance; before each call the oracle says what it would play. A call equal to the
+oracle's (after :meth:`~campflow.bootcamps.base.Bootcamp.normalize_arguments`) keeps the episode on
+the oracle's own path. A call that differs is tested: on a copy of the world after it, the oracle plays
+on within the turns the episode had left, and the episode is still on *a* correct path if that copy
+succeeds (a harmless extra look, a sum in another order). The first call after which it cannot is the
+**divergence**: its turn, the model's call, the oracle's call and a kind.
+
+The kind is the bootcamp's own where it names one (:meth:`~campflow.bootcamps.base.Bootcamp.divergence_kind`:
+``operator_flipped``, ``wall``, ...), else generic, from the two calls and the world after:
+
+- ``no_call``: a turn without any tool call; ``invalid_call``: a call that could not run (an unknown
+  tool, arguments that are not JSON or do not fit the schema);
+- ``early_submit``: the model ended where the oracle would go on; ``no_submit``: the other way round;
+- ``argument:<field>``: the oracle's tool with another value of ``field``;
+- ``extra_step``: another tool whose only harm was the turn it spent (given that turn back, the
+  oracle would still succeed); ``wrong_tool``: another tool that broke the world.
+
+Where no call left the path, there is no divergence and :attr:`FirstDivergence.reason` says why
+(:data:`PATH_RIGHT_BUDGET_SPENT` when the turn budget simply ran out); so does it where the episode
+cannot be analysed (no oracle, served tools, a tool that failed on the model's arguments).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from pydantic import ValidationError
+
+from campflow.bootcamps import registry
+from campflow.bootcamps.base import Action, Bootcamp, Instance
+from campflow.bootcamps.served import ServedTools
+from campflow.errors import RunNotFoundError, ToolError
+from campflow.rollout.episode import MODEL_FAILURES, Termination
+from campflow.serialization import to_json
+from campflow.storage.store import Store, now
+
+PATH_RIGHT_BUDGET_SPENT = "no divergence: path right, budget spent"
+
+GENERIC_KINDS = (
+    "no_call",
+    "invalid_call",
+    "early_submit",
+    "no_submit",
+    "argument:<field>",
+    "extra_step",
+    "wrong_tool",
+)
+
+
+@dataclass(frozen=True)
+class FirstDivergence:
+    """Where one failed episode left every correct path, or why it has no such place.
+
+    Attributes:
+        turn: the turn of the diverging call, from 0 (the engine's turn index); None when there is none.
+        call_index: the call's place among its turn's calls, from 0 (None for a turn without calls).
+        kind: the bootcamp's kind or a generic one (module docstring); None when there is no divergence.
+        model_action: the model's call as it sent it (None for a turn without calls).
+        oracle_action: what the oracle would have played from the same world.
+        reason: why there is no divergence (None when there is one).
+    """
+
+    turn: int | None = None
+    call_index: int | None = None
+    kind: str | None = None
+    model_action: Action | None = None
+    oracle_action: Action | None = None
+    reason: str | None = None
+
+    @property
+    def found(self) -> bool:
+        """Whether a diverging call was found."""
+        return self.kind is not None
+
+
+@dataclass
+class _Call:
+    """One recorded call: its action, and whether it was runnable (a known tool, arguments that fit)."""
+
+    action: Action
+    runnable: bool
+
+
+def recorded_turns(transcript: Sequence[Mapping[str, Any]]) -> list[list[_Call]]:
+    """The calls of each assistant turn of ``transcript``, in order (an empty list for a turn without any)."""
+    turns: list[list[_Call]] = []
+    for message in transcript:
+        if message.get("role") != "assistant":
+            continue
+        calls = []
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            raw = fn.get("arguments") or "{}"
+            try:
+                args = json.loads(raw) if isinstance(raw, str) else dict(raw)
+                ok = isinstance(args, dict)
+            except (json.JSONDecodeError, TypeError, ValueError):
+                args, ok = {"unparsed": raw}, False
+            calls.append(_Call(Action(str(fn.get("name") or ""), args if isinstance(args, dict) else {}), ok))
+        turns.append(calls)
+    return turns
+
+
+def find_divergence(
+    bootcamp: Bootcamp,
+    instance: Instance,
+    transcript: Sequence[Mapping[str, Any]],
+    termination: Termination | str,
+    max_turns: int | None = None,
+) -> FirstDivergence:
+    """The first call of a failed episode after which the oracle can no longer succeed (module docstring).
+
+    Args:
+        bootcamp: the instance's bootcamp, with an oracle.
+        instance: the episode's instance.
+        transcript: the episode's messages as recorded (prompt first).
+        termination: how the episode ended.
+        max_turns: the episode's turn budget; None for the bootcamp's own. A run's smaller budget leaves
+            the bootcamp's: a path the oracle finishes within it is right, however the run cut it short.
+
+    Returns:
+        The divergence, or a :class:`FirstDivergence` whose ``reason`` says why there is none.
+    """
+    termination = Termination(termination)
+    if isinstance(bootcamp, ServedTools):
+        return FirstDivergence(reason="not analysed: a served bootcamp's tools are not replayed here")
+    budget = max(bootcamp.max_turns(instance), max_turns or 0)
+    replay = _Replay(bootcamp, instance)
+    try:
+        if _oracle_steps(replay, budget) is None:
+            return FirstDivergence(reason=f"not analysed: the oracle does not solve this instance in {budget} turns")
+    except NotImplementedError:
+        return FirstDivergence(reason=f"not analysed: {bootcamp.name} has no oracle")
+    for turn, calls in enumerate(recorded_turns(transcript)):
+        left = budget - turn - 1
+        if not calls:
+            if _oracle_steps(replay, left) is None:
+                expected = _oracle_or_none(replay)
+                return FirstDivergence(turn, None, "no_call", None, expected)
+            continue
+        for index, call in enumerate(calls):
+            try:
+                expected = bootcamp.oracle(instance, replay.state)
+            except Exception as exc:  # the oracle cannot act from a world the model made: say so, do not guess
+                return FirstDivergence(reason=f"not analysed: the oracle raised at turn {turn}: {exc}")
+            same = call.runnable and _same(bootcamp, instance, call.action, expected)
+            before = replay.fork()
+            try:
+                replay.play(call)
+            except _UnknownWorld as exc:
+                return FirstDivergence(reason=f"not analysed: {exc} at turn {turn}")
+            if replay.state.finished:
+                if bootcamp.score(instance, replay.state, ()).success:
+                    return FirstDivergence(
+                        reason="no divergence: the replay succeeds (the episode was judged otherwise)"
+                    )
+            elif same or _oracle_steps(replay, left) is not None:
+                continue
+            kind = _kind(bootcamp, instance, before, replay, call, expected, left)
+            return FirstDivergence(turn, index, kind, call.action, expected)
+        if replay.state.finished:
+            break
+    if termination == Termination.MAX_TURNS:
+        return FirstDivergence(reason=PATH_RIGHT_BUDGET_SPENT)
+    return FirstDivergence(reason=f"no divergence: path right, the episode ended by {termination.value}")
+
+
+class _UnknownWorld(Exception):
+    """A tool raised something other than ToolError on the model's arguments: the world is unknown."""
+
+
+class _Replay:
+    """A world of the instance and the runnable calls played on it, forkable for the oracle's tries."""
+
+    def __init__(self, bootcamp: Bootcamp, instance: Instance) -> None:
+        self.bootcamp, self.instance = bootcamp, instance
+        self.state = bootcamp.new_state(instance)
+        self.played: list[Action] = []  # the calls that ran (refused ones included; they change nothing)
+
+    def play(self, call: _Call) -> None:
+        """Run one recorded call as the engine would: refused and unrunnable calls change nothing."""
+        if not call.runnable or call.action.name not in self.bootcamp._tools:
+            call.runnable = False
+            return
+        try:
+            self.bootcamp.apply(self.instance, self.state, call.action)
+        except ValidationError:
+            call.runnable = False  # the engine refuses it before any tool runs
+            return
+        except ToolError:
+            pass  # refused by the world, which it leaves as it was
+        except Exception as exc:
+            raise _UnknownWorld(f"tool {call.action.name} raised {type(exc).__name__}: {exc}") from exc
+        self.played.append(call.action)
+
+    def fork(self) -> _Replay:
+        """An independent copy: the world deep-copied, or rebuilt from the calls where it cannot be
+        copied (a database connection)."""
+        twin = _Replay.__new__(_Replay)
+        twin.bootcamp, twin.instance, twin.played = self.bootcamp, self.instance, list(self.played)
+        try:
+            twin.state = copy.deepcopy(self.state)
+        except (TypeError, copy.Error):
+            twin.state = self.bootcamp.new_state(self.instance)
+            for action in self.played:
+                try:
+                    self.bootcamp.apply(self.instance, twin.state, action)
+                except (ToolError, ValidationError):
+                    pass
+        return twin
+
+
+def _oracle_steps(replay: _Replay, turns: int) -> int | None:
+    """How many oracle calls finish the instance with success from ``replay``'s world, within ``turns``; None if
+    they cannot. The world itself is left as it is."""
+    b, inst = replay.bootcamp, replay.instance
+    if replay.state.finished:
+        return 0 if b.score(inst, replay.state, ()).success else None
+    trial = replay.fork()
+    for step in range(1, max(turns, 0) + 1):
+        try:
+            b.apply(inst, trial.state, b.oracle(inst, trial.state))
+        except NotImplementedError:
+            raise
+        except Exception:  # an oracle refused by its own world cannot be counted on from here
+            return None
+        if trial.state.finished:
+            return step if b.score(inst, trial.state, ()).success else None
+    return None
+
+
+def _oracle_or_none(replay: _Replay) -> Action | None:
+    try:
+        return replay.bootcamp.oracle(replay.instance, replay.state)
+    except Exception:
+        return None
+
+
+def _normalized(bootcamp: Bootcamp, instance: Instance, action: Action) -> dict[str, Any] | None:
+    try:
+        return bootcamp.normalize_arguments(instance, action.name, action.arguments)
+    except Exception:  # not a tool, or arguments that do not fit: nothing to compare field by field
+        return None
+
+
+def _same(bootcamp: Bootcamp, instance: Instance, a: Action, b: Action) -> bool:
+    if a.name != b.name:
+        return False
+    na = _normalized(bootcamp, instance, a)
+    return na is not None and na == _normalized(bootcamp, instance, b)
+
+
+def _kind(
+    bootcamp: Bootcamp, instance: Instance, before: _Replay, after: _Replay, call: _Call, expected: Action, left: int
+) -> str:
+    """The bootcamp's kind of the diverging call, else the generic one (module docstring). ``left``: the turns
+    the episode had after it; a call that only spent one is an extra step, one that broke the world is not."""
+    model = call.action
+    if not call.runnable:
+        return "invalid_call"
+    try:
+        own = bootcamp.divergence_kind(instance, before.state, model, expected, tuple(before.played))
+    except Exception:  # a refinement that cannot read this call leaves the generic kind
+        own = None
+    if own:
+        return own
+    model_final, oracle_final = bootcamp.is_final(model.name), bootcamp.is_final(expected.name)
+    if model_final and not oracle_final:
+        return "early_submit"
+    if oracle_final and not model_final:
+        return "no_submit"
+    if model.name == expected.name:
+        mine, theirs = _normalized(bootcamp, instance, model), _normalized(bootcamp, instance, expected) or {}
+        if mine is None:
+            return "invalid_call"
+        fields = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        return f"argument:{fields[0]}" if fields else "extra_step"
+    return "extra_step" if _oracle_steps(after, left + 1) is not None else "wrong_tool"
+
+
+# -- the store -------------------------------------------------------------------------------------
+
+
+@dataclass
+class EpisodeDivergence:
+    """One failed episode's divergence (a row of ``divergences``)."""
+
+    episode_id: str
+    run_id: str
+    bootcamp: str
+    instance_id: str
+    level: int | None
+    termination: str
+    divergence: FirstDivergence = field(default_factory=FirstDivergence)
+
+
+_FAILED_SQL = f"""
+    SELECT e.episode_id, e.run_id, e.bootcamp, e.instance_id, e.level, e.termination, e.turns, e.transcript,
+           i.params, i.seed
+    FROM episodes e LEFT JOIN instances i USING (instance_id)
+    WHERE e.run_id = ? AND e.termination IN ({", ".join(f"'{t.value}'" for t in sorted(MODEL_FAILURES))})
+    ORDER BY e.bootcamp, e.instance_id, e.sample_index
+"""
+
+
+def record_divergences(
+    store: Store, run_id: str, resolve: Callable[[str], Bootcamp] = registry.make
+) -> list[EpisodeDivergence]:
+    """Find the divergence of every model failure of ``run_id`` and write them to ``divergences``
+    (one batch; a second call replaces the run's rows).
+
+    Args:
+        resolve: bootcamp name -> bootcamp (a workspace's resolver knows imported ones too).
+
+    Raises:
+        RunNotFoundError: the run has no episodes.
+    """
+    if not store.scalar("SELECT count(*) FROM episodes WHERE run_id = ?", [run_id]):
+        raise RunNotFoundError(f"run {run_id!r} has no episodes; `campflow runs` lists the runs")
+    out: list[EpisodeDivergence] = []
+    bootcamps: dict[str, Bootcamp | Exception] = {}
+    for r in store.query(_FAILED_SQL, [run_id]):
+        row = EpisodeDivergence(
+            r["episode_id"], r["run_id"], r["bootcamp"], r["instance_id"], r["level"], r["termination"]
+        )
+        out.append(row)
+        if r["bootcamp"] not in bootcamps:
+            try:
+                bootcamps[r["bootcamp"]] = resolve(r["bootcamp"])
+            except Exception as exc:
+                bootcamps[r["bootcamp"]] = exc
+        bootcamp = bootcamps[r["bootcamp"]]
+        if isinstance(bootcamp, Exception):
+            row.divergence = FirstDivergence(reason=f"not analysed: bootcamp {r['bootcamp']!r} unavailable: {bootcamp}")
+            continue
+        if r["params"] is None:
+            row.divergence = FirstDivergence(reason="not analysed: the instance is not recorded")
+            continue
+        instance = bootcamp.generate(orjson.loads(r["params"]), int(r["seed"]))
+        if instance.id != r["instance_id"]:
+            row.divergence = FirstDivergence(reason="not analysed: the bootcamp no longer makes this instance")
+            continue
+        budget = int(r["turns"]) if r["termination"] == Termination.MAX_TURNS.value else None
+        row.divergence = find_divergence(bootcamp, instance, orjson.loads(r["transcript"]), r["termination"], budget)
+    _write(store, run_id, out)
+    return out
+
+
+def _action_json(action: Action | None) -> str | None:
+    return None if action is None else to_json(dict(action.arguments))
+
+
+def _write(store: Store, run_id: str, rows: Sequence[EpisodeDivergence]) -> None:
+    ts, n = now(), len(rows)
+    d = [r.divergence for r in rows]
+    table = pa.table(
+        {
+            "episode_id": pa.array([r.episode_id for r in rows], pa.string()),
+            "run_id": pa.array([r.run_id for r in rows], pa.string()),
+            "bootcamp": pa.array([r.bootcamp for r in rows], pa.string()),
+            "instance_id": pa.array([r.instance_id for r in rows], pa.string()),
+            "level": pa.array([r.level for r in rows], pa.int32()),
+            "termination": pa.array([r.termination for r in rows], pa.string()),
+            "turn": pa.array([x.turn for x in d], pa.int32()),
+            "call_index": pa.array([x.call_index for x in d], pa.int32()),
+            "kind": pa.array([x.kind for x in d], pa.string()),
+            "model_tool": pa.array([x.model_action.name if x.model_action else None for x in d], pa.string()),
+            "model_arguments": pa.array([_action_json(x.model_action) for x in d], pa.string()),
+            "oracle_tool": pa.array([x.oracle_action.name if x.oracle_action else None for x in d], pa.string()),
+            "oracle_arguments": pa.array([_action_json(x.oracle_action) for x in d], pa.string()),
+            "reason": pa.array([x.reason for x in d], pa.string()),
+            "found_at": pa.array([ts] * n, pa.timestamp("us")),
+        }
+    )
+    with store.transaction(_campflow_divergences=table) as con:
+        con.execute("DELETE FROM divergences WHERE run_id = ?", [run_id])
+        con.execute("INSERT INTO divergences BY NAME SELECT * FROM _campflow_divergences")
