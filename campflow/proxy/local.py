@@ -88,10 +88,22 @@ class LocalBackend(Backend):
             self._format = chat_format(tokenizer.chat_template)
         return model, tokenizer
 
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (its chat template included)."""
+        return self._load()[1]
+
+    def context_limit(self) -> int:
+        """The longest sequence the model takes, prompt and completion together."""
+        return self._load()[0].config.get_text_config().max_position_embeddings
+
+    def stop_ids(self) -> set[int]:
+        """The ids that end a reply (the tokenizer's end of turn and the generation config's)."""
+        model, tokenizer = self._load()
+        return _stop_ids(tokenizer, model.generation_config)
+
     def render(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> str:
         """The chat template's text for ``messages`` with ``tools``, ending in the generation prompt."""
-        _, tokenizer = self._load()
-        return _render(tokenizer, messages, tools, generation_prompt=True)
+        return _render(self.tokenizer(), messages, tools, generation_prompt=True)
 
     def prompt_ids(self, request: ChatRequest, history: Sequence[ServedCall]) -> tuple[list[int], str, str | None]:
         """The prompt ids for ``request``, its rendered text, and the call it continues (if any).
@@ -100,7 +112,7 @@ class LocalBackend(Backend):
         plus more, continues that call: its prompt and completion ids, then the ids of the text the
         template renders after the reply's end. Anything else is rendered and tokenized whole.
         """
-        _, tokenizer = self._load()
+        tokenizer = self.tokenizer()
         text = _render(tokenizer, request.messages, request.tools, generation_prompt=True)
         for served in reversed(history[-4:]):
             gen = served.generation
@@ -121,10 +133,10 @@ class LocalBackend(Backend):
         return list(ids), text, None
 
     async def generate(self, request: ChatRequest, history: Sequence[ServedCall]) -> Generation:
-        model, tokenizer = await asyncio.to_thread(self._load)
+        tokenizer = await asyncio.to_thread(self.tokenizer)
         # rendering and tokenizing take milliseconds: off the event loop, which serves the other episodes
         prompt, text, continued = await asyncio.to_thread(self.prompt_ids, request, history)
-        limit = model.config.get_text_config().max_position_embeddings
+        limit = self.context_limit()
         if len(prompt) + self.max_new_tokens > limit:
             raise ProxyError(
                 f"messages: the prompt is {len(prompt)} tokens; with {self.max_new_tokens} new ones it exceeds "
@@ -132,13 +144,8 @@ class LocalBackend(Backend):
                 param="messages",
                 code="context_length_exceeded",
             )
-        if self._queue is None:
-            self._queue = asyncio.Queue()
-            self._worker = asyncio.create_task(self._serve())
-        future = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(prompt, future))
-        completion, logprobs = await future
-        stops = _stop_ids(tokenizer, model)
+        completion, logprobs = await self.sample(prompt)
+        stops = self.stop_ids()
         stopped = bool(completion) and completion[-1] in stops
         generated = completion[:-1] if stopped else completion
         message = self.reply_message(tokenizer, generated, request, stopped=stopped, prompt_text=text)
@@ -155,6 +162,16 @@ class LocalBackend(Backend):
             continued_from=continued,
             prompt_text=text,
         )
+
+    async def sample(self, prompt: list[int]) -> tuple[list[int], list[float]]:
+        """Ids sampled after ``prompt`` (through the first stop id) and their logprobs, generated in a batch
+        with the other calls waiting."""
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._worker = asyncio.create_task(self._serve())
+        future = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Pending(prompt, future))
+        return await future
 
     def reply_message(
         self, tokenizer: Any, generated: Sequence[int], request: ChatRequest, *, stopped: bool, prompt_text: str
@@ -233,7 +250,7 @@ class LocalBackend(Backend):
             if self.temperature > 0
             else {"do_sample": False}
         )
-        stops = _stop_ids(tokenizer, model)
+        stops = self.stop_ids()
         with lock, torch.inference_mode():
             self._batches += 1
             if self.temperature > 0:
@@ -281,9 +298,9 @@ def _render(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[
         raise ProxyError(f"messages: the chat template cannot render them: {exc}", param="messages") from None
 
 
-def _stop_ids(tokenizer: Any, model: Any) -> set[int]:
+def _stop_ids(tokenizer: Any, generation_config: Any) -> set[int]:
     stops = {tokenizer.eos_token_id}
-    configured = getattr(model.generation_config, "eos_token_id", None)
+    configured = getattr(generation_config, "eos_token_id", None)
     if isinstance(configured, int):
         stops.add(configured)
     elif configured:
