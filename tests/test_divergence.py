@@ -70,6 +70,8 @@ def test_every_failed_episode_of_the_ten_builtin_bootcamps_has_a_divergence_or_a
             assert r["oracle_tool"] is not None, r
         if r["termination"] == Termination.WRONG_ANSWER:  # a wrong final call leaves no way back
             assert r["kind"] is not None, r
+    labelled = [r for r in rows if r["kind"] is not None and r["demonstrator_tool"] is not None]
+    assert len(labelled) >= len([r for r in rows if r["kind"] is not None]) * 0.9
     summary = store.query("SELECT bootcamp, kind, episodes FROM divergence_summary WHERE run_id = 'noisy'")
     assert sum(s["episodes"] for s in summary) == len(failed)
     assert len(found) == len(record_divergences(store, "noisy"))  # a second pass replaces the run's rows
@@ -108,6 +110,7 @@ def test_a_flipped_operator_where_the_story_says_finds_extra_is_named_for_the_op
             div = find_divergence(registry.make("calculator"), instance, ep.transcript, ep.termination)
             assert div.kind == "operator_flipped", (d["story"], steps, div)
             assert div.turn == len(steps) and div.model_action.name == "submit"
+            assert div.demonstrator_action == div.oracle_action  # calculator demonstrates with its oracle
             checked += 1
     assert checked >= 5
 
@@ -186,6 +189,7 @@ def test_walking_into_walls_diverges_where_the_budget_can_no_longer_reach_the_go
         need = instance.data["shortest"] + 1  # the oracle's moves and its submit
         assert div.kind == "wall" and div.turn == b.max_turns(instance) - need, div
         assert div.oracle_action.name == "move"
+        assert div.demonstrator_action is not None and div.demonstrator_action.name == "move"  # from the views seen
 
 
 def _back_and_forth() -> Callable:

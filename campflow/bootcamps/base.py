@@ -585,7 +585,8 @@ class Bootcamp(Generic[P, S]):
             state: the world just *before* ``model_action`` (read it, never change it).
             model_action: the model's call, with the arguments as it sent them (it may have been refused).
             oracle_action: what :meth:`oracle` would have played from ``state``.
-            earlier: the model's runnable calls before this one, in order (a revisit needs the way walked).
+            earlier: the model's calls that ran before this one, refused ones included, in order (a
+                revisit needs the way walked).
 
         Returns:
             A short lowercase kind (``"operator_flipped"``), or None (the default) for the generic kind.

@@ -366,6 +366,8 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             model_arguments JSON,
             oracle_tool VARCHAR,               -- what the oracle would have played from the same world
             oracle_arguments JSON,
+            demonstrator_tool VARCHAR,         -- what the demonstrator would have played, reading the transcript so far
+            demonstrator_arguments JSON,
             reason VARCHAR,                    -- why there is no divergence (NULL when there is one)
             found_at TIMESTAMP NOT NULL,
             PRIMARY KEY (run_id, episode_id)

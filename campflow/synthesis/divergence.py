@@ -6,7 +6,8 @@ oracle's (after :meth:`~campflow.bootcamps.base.Bootcamp.normalize_arguments`) k
 the oracle's own path. A call that differs is tested: on a copy of the world after it, the oracle plays
 on within the turns the episode had left, and the episode is still on *a* correct path if that copy
 succeeds (a harmless extra look, a sum in another order). The first call after which it cannot is the
-**divergence**: its turn, the model's call, the oracle's call and a kind.
+**divergence**: its turn, the model's call, the oracle's call, the demonstrator's (grounded on the
+model's own transcript so far: the label of that state) and a kind.
 
 The kind is the bootcamp's own where it names one (:meth:`~campflow.bootcamps.base.Bootcamp.divergence_kind`:
 ``operator_flipped``, ``wall``, ...), else generic, from the two calls and the world after:
@@ -66,6 +67,8 @@ class FirstDivergence:
         kind: the bootcamp's kind or a generic one (module docstring); None when there is no divergence.
         model_action: the model's call as it sent it (None for a turn without calls).
         oracle_action: what the oracle would have played from the same world.
+        demonstrator_action: what :meth:`~campflow.bootcamps.base.Bootcamp.demonstrate` would have played
+            there, reading the model's own transcript up to that call (None where it could not say).
         reason: why there is no divergence (None when there is one).
     """
 
@@ -74,6 +77,7 @@ class FirstDivergence:
     kind: str | None = None
     model_action: Action | None = None
     oracle_action: Action | None = None
+    demonstrator_action: Action | None = None
     reason: str | None = None
 
     @property
@@ -90,10 +94,10 @@ class _Call:
     runnable: bool
 
 
-def recorded_turns(transcript: Sequence[Mapping[str, Any]]) -> list[list[_Call]]:
-    """The calls of each assistant turn of ``transcript``, in order (an empty list for a turn without any)."""
-    turns: list[list[_Call]] = []
-    for message in transcript:
+def _recorded_turns(transcript: Sequence[Mapping[str, Any]]) -> list[tuple[int, list[_Call]]]:
+    """Each assistant turn of ``transcript``: its message's index and its calls, in order."""
+    turns: list[tuple[int, list[_Call]]] = []
+    for at, message in enumerate(transcript):
         if message.get("role") != "assistant":
             continue
         calls = []
@@ -106,8 +110,27 @@ def recorded_turns(transcript: Sequence[Mapping[str, Any]]) -> list[list[_Call]]
             except (json.JSONDecodeError, TypeError, ValueError):
                 args, ok = {"unparsed": raw}, False
             calls.append(_Call(Action(str(fn.get("name") or ""), args if isinstance(args, dict) else {}), ok))
-        turns.append(calls)
+        turns.append((at, calls))
     return turns
+
+
+def _seen_before(transcript: Sequence[Mapping[str, Any]], at: int, index: int) -> list[Mapping[str, Any]]:
+    """The transcript as it stood before call ``index`` of the assistant message at ``at``: the turn's
+    earlier calls and their results included."""
+    if index == 0:
+        return list(transcript[:at])
+    message = transcript[at]
+    calls = list(message.get("tool_calls") or ())[:index]
+    ids = {c.get("id") for c in calls}
+    results = [m for m in transcript[at + 1 :] if m.get("role") == "tool" and m.get("tool_call_id") in ids]
+    return [*transcript[:at], {**message, "tool_calls": calls}, *results]
+
+
+def _demonstrated(replay: _Replay, seen: Sequence[Mapping[str, Any]]) -> Action | None:
+    try:
+        return replay.bootcamp.demonstrate(replay.instance, replay.state, seen)
+    except Exception:  # a demonstrator lost in a world the model made says nothing here
+        return None
 
 
 def find_divergence(
@@ -140,12 +163,13 @@ def find_divergence(
             return FirstDivergence(reason=f"not analysed: the oracle does not solve this instance in {budget} turns")
     except NotImplementedError:
         return FirstDivergence(reason=f"not analysed: {bootcamp.name} has no oracle")
-    for turn, calls in enumerate(recorded_turns(transcript)):
+    for turn, (at, calls) in enumerate(_recorded_turns(transcript)):
         left = budget - turn - 1
         if not calls:
             if _oracle_steps(replay, left) is None:
                 expected = _oracle_or_none(replay)
-                return FirstDivergence(turn, None, "no_call", None, expected)
+                shown = _demonstrated(replay, transcript[:at])
+                return FirstDivergence(turn, None, "no_call", None, expected, shown)
             continue
         for index, call in enumerate(calls):
             try:
@@ -166,7 +190,8 @@ def find_divergence(
             elif same or _oracle_steps(replay, left) is not None:
                 continue
             kind = _kind(bootcamp, instance, before, replay, call, expected, left)
-            return FirstDivergence(turn, index, kind, call.action, expected)
+            shown = _demonstrated(before, _seen_before(transcript, at, index))
+            return FirstDivergence(turn, index, kind, call.action, expected, shown)
         if replay.state.finished:
             break
     if termination == Termination.MAX_TURNS:
@@ -377,6 +402,10 @@ def _write(store: Store, run_id: str, rows: Sequence[EpisodeDivergence]) -> None
             "model_arguments": pa.array([_action_json(x.model_action) for x in d], pa.string()),
             "oracle_tool": pa.array([x.oracle_action.name if x.oracle_action else None for x in d], pa.string()),
             "oracle_arguments": pa.array([_action_json(x.oracle_action) for x in d], pa.string()),
+            "demonstrator_tool": pa.array(
+                [x.demonstrator_action.name if x.demonstrator_action else None for x in d], pa.string()
+            ),
+            "demonstrator_arguments": pa.array([_action_json(x.demonstrator_action) for x in d], pa.string()),
             "reason": pa.array([x.reason for x in d], pa.string()),
             "found_at": pa.array([ts] * n, pa.timestamp("us")),
         }
