@@ -310,6 +310,10 @@ async def test_requests_it_cannot_serve_get_an_openai_error_naming_the_field_and
         proxy.close_episode("errors")
         with pytest.raises(openai.NotFoundError) as closed:
             await client.chat.completions.create(model="tiny", messages=messages)
+        no_episode = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy.port}/v1", api_key=key, max_retries=0)
+        with pytest.raises(openai.NotFoundError) as unnamed:
+            await no_episode.chat.completions.create(model="tiny", messages=messages)
+        assert "/e/<episode_id>/v1" in unnamed.value.body["message"]
         stranger = openai.AsyncOpenAI(base_url=proxy.base_url("nobody"), api_key=key, max_retries=0)
         with pytest.raises(openai.NotFoundError) as unknown_episode:
             await stranger.chat.completions.create(model="tiny", messages=messages)

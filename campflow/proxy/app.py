@@ -102,6 +102,7 @@ class RecordingProxy:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/e/{episode_id}/v1/chat/completions", self._completions)
         app.router.add_get("/e/{episode_id}/v1/models", self._models)
+        app.router.add_route("*", "/{path:.*}", self._elsewhere)
         return app
 
     async def start(self) -> None:
@@ -126,6 +127,16 @@ class RecordingProxy:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    async def _elsewhere(self, request: web.Request) -> web.Response:
+        """Any other URL: an OpenAI-style 404 saying what the base URL must look like."""
+        error = ProxyError(
+            f"{request.method} {request.path}: not served here; an agent's base URL names its episode, "
+            f"http://{request.host}/e/<episode_id>/v1, and it may POST /chat/completions or GET /models",
+            status=404,
+            code="unknown_url",
+        )
+        return web.json_response(error.body(), status=404)
 
     async def _models(self, request: web.Request) -> web.Response:
         self._episode(request)
