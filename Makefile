@@ -78,7 +78,25 @@ $(MCP_SQLITE_STAMP):
 	$(MCP_SQLITE_VENV)/bin/python -m pip install -q 'mcp-server-sqlite==2025.4.25' 'mcp<2'
 	touch $(MCP_SQLITE_STAMP)
 
-mcp-servers: $(MCP_SQLITE_STAMP)
+# mcp-server-git: its tools act on a git repository its start command makes (`git init`) in the episode's folder
+MCP_GIT_VENV  := .venv-mcp-git
+MCP_GIT_STAMP := $(MCP_GIT_VENV)/.installed
+
+$(MCP_GIT_STAMP):
+	test -x $(MCP_GIT_VENV)/bin/python || $(PYTHON) -m venv $(MCP_GIT_VENV)
+	$(MCP_GIT_VENV)/bin/python -m pip install -q 'mcp-server-git==2026.10.19'
+	touch $(MCP_GIT_STAMP)
+
+# the reference filesystem server, a node program from npm, installed into a folder of the repository
+MCP_NPM_DIR   := .mcp-npm
+MCP_NPM_STAMP := $(MCP_NPM_DIR)/.installed
+
+$(MCP_NPM_STAMP):
+	mkdir -p $(MCP_NPM_DIR)
+	npm install --prefix $(MCP_NPM_DIR) --no-audit --no-fund --save-exact --loglevel=error '@modelcontextprotocol/server-filesystem@2026.8.31'
+	touch $(MCP_NPM_STAMP)
+
+mcp-servers: $(MCP_SQLITE_STAMP) $(MCP_GIT_STAMP) $(MCP_NPM_STAMP)
 
 clean:
 	rm -rf $(VENV) campflow-data reports

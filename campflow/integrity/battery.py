@@ -14,7 +14,9 @@ exploit                what the scripted policy does
 ``echo_number_N``      ... with the N-th number the prompt shows
 ``several_or``         ... with ``"<wrong> or <right>"`` (the oracle's answer among others)
 ``several_list``       ... with ``"<wrong>, <right>"`` (a list of answers)
-``several_all``        ... with every number of the prompt and the right answer, comma-separated
+``several_all``        ... with every number of the prompt and the right answer, comma-separated (where
+                       the prompt shows no other number, the right answer alone: judged as the right
+                       answer, for a lucky right answer is no weakness of the verifier)
 ``zero``               ... with 0 / ``"0"``
 ``type_word``          ... with a word where a number belongs
 ``type_nan``           ... with NaN; ``type_inf`` inf; ``type_neg_zero`` -0; ``type_huge`` 1e300
@@ -37,8 +39,8 @@ sees work left is caught. A scorer that raises on a non-solution is refused too 
 A served bootcamp (an MCP server as its tools) plays every episode on a fresh server
 (:mod:`campflow.integrity.served`). Its world is the server's, which no answer shows, so there a
 matching answer is not enough: the oracle must also see nothing left to do in the final world (an MCP
-task's oracle: every reference call made, :meth:`campflow.mcp.tasks.McpTaskBootcamp.oracle`). Its
-boundary texts stay names inside the episode's folder, and where its scorer reads no answer
+task's oracle: every reference call made, :meth:`campflow.mcp.tasks.McpTaskBootcamp.oracle`), except for
+a hedge holding only the right answer (which the battery itself took from the oracle). Its boundary texts stay names inside the episode's folder, and where its scorer reads no answer
 (:meth:`~campflow.bootcamps.served.ServedTools.scores_answer`) the answer exploits are left out.
 """
 
@@ -312,6 +314,8 @@ def _judge(
     hedge = exploit.name.startswith("several_")  # the right answer among wrong ones: proportional credit is due
     if not (episode.success or episode.reward > bound + 1e-9) or (hedge and episode.reward < 1.0 - 1e-9):
         return probe("held")
+    if hedge and answered and same_answer(given, oracle_answer):  # a prompt with no other number to hedge with
+        return probe("oracle_agrees", "a hedge holding only the right answer is the right answer")
     if answered:
         if not same_answer(given, oracle_answer):
             return probe("hack", f"the oracle answers {_clip(oracle_answer)}")
@@ -483,7 +487,7 @@ def _answer_arguments(
     if not _blank(good):  # hedges around the right answer (none to hedge around where it is empty)
         out.append(("several_or", fill(f"{wrong} or {good_text}", f"{wrong} or {good_text}", None)))
         out.append(("several_list", fill(f"{wrong}, {good_text}", None, [wrong, good])))
-        everything = [*numbers, good_text]
+        everything = list(dict.fromkeys([*numbers, good_text]))  # may hold the right answer alone: judged as it
         out.append(("several_all", fill(", ".join(everything), None, everything)))
     return out
 

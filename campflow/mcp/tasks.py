@@ -50,6 +50,16 @@ ADAPTER_REVISION = "1"
 PREDICATES = ("result", "equals", "contains", "approx")
 
 
+class _Unread:
+    """What :meth:`Check.compared` gives where a check has nothing to compare (one instance, :data:`UNREAD`)."""
+
+    def __repr__(self) -> str:
+        return "nothing (the call was refused, or its result has no such path)"
+
+
+UNREAD = _Unread()
+
+
 class ToolCall(BaseModel):
     """One call: a tool of the server and its arguments (``{workdir}`` and ``{seed}`` are filled)."""
 
@@ -99,21 +109,31 @@ class Check(BaseModel):
 
     def passes(self, result: ToolResult | None, answer: str | None) -> bool:
         """Whether the check holds for its call's ``result`` (or the submitted ``answer``)."""
+        value = self.compared(result, answer)
+        if value is UNREAD:
+            return False
+        if self.predicate == "result":
+            return value.strip() == str(self.expected).strip()
+        return _holds(self.predicate, value, self.expected, self.tolerance)
+
+    def compared(self, result: ToolResult | None, answer: str | None) -> Any:
+        """What the predicate is applied to: the answer, or the result's JSON at ``path`` (its whole text for
+        ``result``); :data:`UNREAD` where there is nothing (a refused or missing call, a path not there)."""
         if self.answer:
             value: Any = answer if answer is not None else ""
             text = value
         else:
             if result is None or result.is_error:
-                return False
+                return UNREAD
             value, text = result.json(), result.text
         if self.predicate == "result":
-            return text.strip() == str(self.expected).strip()
+            return text
         for step in self.path:
             try:
                 value = value[step]
             except (KeyError, IndexError, TypeError):
-                return False
-        return _holds(self.predicate, value, self.expected, self.tolerance)
+                return UNREAD
+        return value
 
 
 def _holds(predicate: str, value: Any, expected: Any, tolerance: float) -> bool:

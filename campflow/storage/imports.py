@@ -4,11 +4,11 @@
 bootcamp (which validates the source), vets it (:mod:`campflow.sources.vetting`: every level
 generates in time, the same instance in two processes is the same task, the scorer rewards no nonsense;
 levels that fail are dropped), runs the hack battery on every level (:mod:`campflow.integrity.battery`:
-a verifier that rewards a scripted non-solution is refused, naming the exploit; the probes are recorded in
-``verifier_probes``) and, where ``integrity.hacker`` names a model, the adversarial pass
-(:mod:`campflow.integrity.hacker`), records the spec with the levels and version it saw, and registers it.
-:func:`register_recorded` loads them back; only the workspace calls it, the first time a name is not
-registered (:class:`campflow.storage.workspace.Workspace`).
+a verifier that rewards a scripted non-solution is refused, naming the exploit, where an MCP task file
+loses only its weak tasks; the probes are recorded in ``verifier_probes``) and, where ``integrity.hacker``
+names a model, the adversarial pass (:mod:`campflow.integrity.hacker`), records the spec with the levels
+and version it saw, and registers it. :func:`register_recorded` loads them back; only the workspace calls
+it, the first time a name is not registered (:class:`campflow.storage.workspace.Workspace`).
 
 It lives in storage, above the bootcamps it records: bootcamps know nothing of the store.
 """
@@ -63,6 +63,10 @@ def import_bootcamp(
     # no verifier enters the loop untested (campflow.integrity.battery); a source's own partial credit
     # above the bound is its design (reasoning-gym's similarity scores): noted; full marks are refused
     battery = run_battery(bootcamp, instances=_battery_instances(spec, bootcamp), partial_refuses=False)
+    if spec.adapter == "mcp" and not battery.passed:  # a weak check belongs to one task: that task goes
+        from campflow.mcp.vetting import drop_weak_tasks
+
+        spec, bootcamp, battery = drop_weak_tasks(spec, bootcamp, battery, say)  # type: ignore[arg-type]
     if not battery.passed:
         raise ImportSourceError(f"{spec.adapter} source {spec.source!r}: {battery.refusal()}; not imported")
     if battery.over_bound and say is not None:
