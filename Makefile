@@ -30,9 +30,11 @@ test: lint
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 # The tests of trained numbers (marker `numeric`) once more where another machine would differ: torch's
-# plain kernels (as an older CPU runs) at one thread, and this CPU's own kernels at two.
+# plain kernels (as an older CPU runs) at one thread, and this CPU's own kernels at two. The one-thread pass
+# runs on two pytest workers (one core each); the two-thread pass alone, as two spinning threads beside
+# other work are many times slower than one (campflow/threads.py).
 test-variations: $(STAMP)
-	ATEN_CPU_CAPABILITY=default CAMPFLOW_CPU_THREADS=1 $(PY) -m pytest -q -m numeric $(PYTEST_ARGS)
+	ATEN_CPU_CAPABILITY=default CAMPFLOW_CPU_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m numeric $(PYTEST_ARGS)
 	CAMPFLOW_CPU_THREADS=2 $(PY) -m pytest -q -m numeric $(PYTEST_ARGS)
 
 # ruff's lint and format rules are in pyproject.toml; `make format` applies both
