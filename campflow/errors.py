@@ -62,6 +62,21 @@ class ContextOverflowError(PolicyError):
     """The conversation no longer fits the model's context window."""
 
 
+class EpisodeStopped(CampflowError):
+    """Raised into an episode waiting for its next reply when the agent playing it is gone (a user's agent
+    program exited, failed or ran out of time): the episode ends there.
+
+    Args:
+        reason: one line saying what happened (kept as the episode's error).
+        termination: how the episode ends (a :class:`~campflow.rollout.episode.Termination`); None: as an
+            episode that ended without a final tool, scored on its final state.
+    """
+
+    def __init__(self, reason: str, termination: object | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.termination = reason, termination
+
+
 class StoreError(CampflowError):
     """The DuckDB store refused an operation."""
 

@@ -38,6 +38,11 @@ def eval_command(
     samples: int | None = typer.Option(None, "--samples", "-k", help="episodes per instance"),
     run_id: str | None = typer.Option(None, "--run-id", help="resume or name a run"),
     concurrency: int | None = typer.Option(None, "--concurrency", help="episodes in flight per worker"),
+    agent: str | None = typer.Option(
+        None,
+        "--agent",
+        help="your agent plays each episode: a command ('python my_agent.py') or module:function (docs/agents.md)",
+    ),
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
@@ -64,6 +69,13 @@ def eval_command(
     # fail fast, before Prefect starts: an unknown name, or an imported file edited since its import
     cfg.eval.bootcamps = [b.name for b in Workspace.from_config(cfg).bootcamps(cfg.eval.bootcamps)]
     resolve_local_model(cfg)
+    if agent is not None:  # fail fast, before Prefect starts: a program that cannot run, a policy that is no model
+        from campflow.proxy.program import AgentProgram
+        from campflow.proxy.runner import proxy_backend
+
+        AgentProgram.parse(agent)
+        if cfg.policy.kind != "local":
+            proxy_backend(cfg.policy)
     quiet_prefect()
     from campflow import progress
     from campflow.cli.display import RichReporter
@@ -73,7 +85,7 @@ def eval_command(
     when_stopped(lambda: run_progress(cfg.workspace.db_path, run_id, "eval"))
     with RichReporter(console) as reporter, progress.use(reporter):
         reporter.note("starting Prefect (the first flow on a fresh ephemeral API takes ~10 s)")
-        summary = evaluate(cfg, run_id)
+        summary = evaluate(cfg, run_id, agent=agent)
     console.print(f"[bold]run[/] {summary.run_id}  [bold]model[/] {summary.model_id}")
     print_table(console, ["bootcamp", "pass_rate"], list(summary.pass_rates.items()))
     print_table(console, list(summary.terminations), [tuple(summary.terminations.values())])

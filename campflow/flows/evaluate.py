@@ -19,7 +19,7 @@ from campflow.agents.vision import observation_mode, with_observation
 from campflow.bootcamps.splits import eval_instances
 from campflow.config import CampflowConfig
 from campflow.errors import StoreBusyError
-from campflow.flows.rollouts import record_rollouts
+from campflow.flows.rollouts import record_agent_rollouts, record_rollouts
 from campflow.flows.runners import task_runner
 from campflow.storage.names import check_run_id
 from campflow.storage.store import Store
@@ -74,8 +74,11 @@ def plan_eval(cfg: CampflowConfig, ws: Workspace, run_id: str) -> tuple[list[Sha
 
 @flow(name="evaluate", log_prints=False, validate_parameters=False)
 @stopping.unwinding
-def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "evaluate") -> EvalSummary:
-    """Evaluate ``cfg.policy`` on ``cfg.eval`` and write every episode to the store."""
+def evaluate_flow(
+    cfg: CampflowConfig, run_id: str | None = None, kind: str = "evaluate", agent: str | None = None
+) -> EvalSummary:
+    """Evaluate ``cfg.policy`` on ``cfg.eval`` and write every episode to the store; with ``agent`` (a
+    command or ``module:function``), that program plays each episode with ``cfg.policy`` behind the proxy."""
     run_id = check_run_id(run_id) if run_id is not None else new_run_id("eval")
     ws = Workspace.from_config(cfg)
     store = ws.store
@@ -84,7 +87,10 @@ def evaluate_flow(cfg: CampflowConfig, run_id: str | None = None, kind: str = "e
     try:
         items, skipped = plan_eval(cfg, ws, run_id)
         meter = progress.Throughput()
-        record_rollouts(store, items, cfg.policy, cfg.rollout, run_id, meter)
+        if agent is not None:
+            record_agent_rollouts(store, items, cfg, run_id, agent, meter)
+        else:
+            record_rollouts(store, items, cfg.policy, cfg.rollout, run_id, meter)
         summary = summarize(store, run_id, model_id, ran=len(items), skipped=skipped)
         summary.throughput = meter.rates()
         store.finish_run(run_id, "completed", summary.as_dict())
@@ -123,20 +129,21 @@ def summarize(store: Store, run_id: str, model_id: str, ran: int, skipped: int) 
     return EvalSummary(run_id, model_id, ran, skipped, rates, terms)
 
 
-def evaluate(cfg: CampflowConfig, run_id: str | None = None) -> EvalSummary:
+def evaluate(cfg: CampflowConfig, run_id: str | None = None, agent: str | None = None) -> EvalSummary:
     """Python API of ``campflow eval``: run the evaluate flow with the task runner ``cfg`` asks for.
 
     A local checkpoint (``policy.kind: local``) is reached as ``serving`` says: in-process, or through a
-    server started for it (and stopped afterwards) or a running endpoint.
+    server started for it (and stopped afterwards) or a running endpoint. With ``agent`` (``"python
+    my_agent.py"`` or ``my_agent:run``), that program plays the episodes (docs/agents.md).
     """
     run = evaluate_flow.with_options(task_runner=task_runner(cfg.rollout))
     if cfg.policy.kind == "local" and cfg.policy.model:  # the mode follows the checkpoint, however it is served
         cfg = with_observation(cfg, cfg.policy.model)
     if cfg.policy.kind != "local" or cfg.serving.kind == "inprocess":
-        return run(cfg, run_id)
+        return run(cfg, run_id, agent=agent)
     from campflow.serving import CheckpointServers
 
     with CheckpointServers(cfg) as servers:
-        summary = run(servers.config(str(cfg.policy.model)), run_id)
+        summary = run(servers.config(str(cfg.policy.model)), run_id, agent=agent)
         servers.check()  # a server that died mid-run left infra_error episodes: say so, the run resumes
     return summary

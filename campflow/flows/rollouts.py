@@ -5,8 +5,9 @@ from __future__ import annotations
 from prefect.futures import as_completed
 
 from campflow import progress
-from campflow.config import PolicyConfig, RolloutConfig
+from campflow.config import CampflowConfig, PolicyConfig, RolloutConfig
 from campflow.flows.runners import in_process
+from campflow.rollout.episode import Episode
 from campflow.sources import registered_imports
 from campflow.storage.store import Store
 from campflow.tasks.rollout import ShardItem, rollout_shard
@@ -43,5 +44,47 @@ def record_rollouts(
                 meter.add(episode.tokens, episode.turns, episode.latency_s)
             if not in_process(rollout):
                 reporter.episode("episodes", episode.tokens, episode.turns, episode.latency_s)
+    reporter.finish("episodes")
+    return written
+
+
+def record_agent_rollouts(
+    store: Store,
+    items: list[ShardItem],
+    cfg: CampflowConfig,
+    run_id: str,
+    agent: str,
+    meter: progress.Throughput | None = None,
+) -> int:
+    """Play ``items`` with the user's agent program ``agent`` (``campflow eval --agent``) instead of the
+    engine's own loop: ``cfg.policy`` answers behind the recording proxy, each episode's tools are served
+    over MCP (:mod:`campflow.proxy.runner`). Each episode is written as it ends; returns how many were."""
+    import asyncio
+
+    from campflow.proxy.program import AgentProgram
+    from campflow.proxy.runner import AgentRunner, agent_items, proxy_backend
+    from campflow.rollout.engine import RolloutSettings
+
+    program = AgentProgram.parse(agent)
+    reporter = progress.current()
+    reporter.start("episodes", "episodes", len(items))
+    written = 0
+
+    def write(episode: Episode) -> None:
+        nonlocal written
+        written += store.write_episodes([episode])
+        if meter is not None:
+            meter.add(episode.tokens, episode.turns, episode.latency_s)
+        reporter.episode("episodes", episode.tokens, episode.turns, episode.latency_s)
+
+    runner = AgentRunner(
+        program,
+        proxy_backend(cfg.policy),
+        store,
+        RolloutSettings.from_config(cfg.rollout),
+        run_id,
+        concurrency=cfg.rollout.concurrency,
+    )
+    asyncio.run(runner.run(agent_items(items), on_episode=write))
     reporter.finish("episodes")
     return written

@@ -77,6 +77,7 @@ class _Session:
     sample: int
     id: str
     outcome: dict[str, Any] | None = None
+    finished: Episode | None = None  # the episode as recorded, once it has ended
 
 
 class EpisodeServer:
@@ -89,18 +90,27 @@ class EpisodeServer:
         run_id: the run the episodes belong to.
         first_sample: the sample index of the first episode; later ones count up (a resumed run starts
             past the episodes it already has, so none is overwritten).
+        bootcamp: the bootcamp, when there is no stream (episodes are then only made by :meth:`add`).
+        reveal_outcome: whether the final tool result carries the reward and termination (a user's agent
+            evaluated by campflow is only told that the episode is over).
+        on_finish: called with each episode's id and the finished episode, on the thread that ended it.
     """
 
     def __init__(
         self,
-        stream: TrainStream,
+        stream: TrainStream | None,
         settings: RolloutSettings,
         store: Store | None = None,
         run_id: str = "",
         first_sample: int = 0,
+        *,
+        bootcamp: Any = None,
+        reveal_outcome: bool = True,
+        on_finish: Callable[[str, Episode], None] | None = None,
     ) -> None:
         self.stream, self.settings, self.store, self.run_id = stream, settings, store, run_id
-        self.bootcamp = stream.bootcamp
+        self.bootcamp = bootcamp if bootcamp is not None else stream.bootcamp  # type: ignore[union-attr]
+        self.reveal_outcome, self.on_finish = reveal_outcome, on_finish
         self._by_key: dict[str, _Session] = {}
         self._by_id: dict[str, _Session] = {}
         self._next_sample = first_sample
@@ -133,9 +143,17 @@ class EpisodeServer:
             )
         return session
 
+    def add(self, instance: Any, sample: int) -> _Session:
+        """An episode of ``instance`` as the ``sample``-th of its run (an evaluation's), reachable by its id."""
+        with self._lock:
+            return self._start(instance, sample)
+
     def _draw(self) -> _Session:
-        instance = self.stream.draw()
+        instance = self.stream.draw()  # type: ignore[union-attr]
         sample, self._next_sample = self._next_sample, self._next_sample + 1
+        return self._start(instance, sample)
+
+    def _start(self, instance: Any, sample: int) -> _Session:
         session = _Session(
             SteppedEpisode(self.bootcamp, instance, self.settings), sample, episode_id(self.run_id, instance.id, sample)
         )
@@ -175,6 +193,8 @@ class EpisodeServer:
         """Play one call as the agent's turn: (content parts, structured result when the episode ended, is_error)."""
         episode = session.episode
         if session.outcome is not None:
+            if not self.reveal_outcome:
+                return [("text", f"Error: episode {session.id} is over; stop now.")], None, True
             ended = f"episode {session.id}: {session.outcome['termination']}, reward {session.outcome['reward']:g}"
             return [("text", f"Error: the episode has ended ({ended}); a new MCP session plays another.")], None, True
         call = {
@@ -188,14 +208,28 @@ class EpisodeServer:
         if turn.episode is None:
             return parts, None, refused
         outcome = self._finish(session, turn.episode)
+        if not self.reveal_outcome:
+            parts.append(("text", "Episode over: make no more calls; stop now."))
+            return parts, None, False
         parts.append(("text", f"Episode over: {outcome['termination']}, reward {outcome['reward']:g}."))
         return parts, outcome, False
 
+    def stop(self, session: _Session, reason: str, termination: Any = None) -> Episode:
+        """End ``session``'s episode where it stands, its agent gone (see :meth:`SteppedEpisode.stop`); returns
+        the finished episode (the one it already had, if it had ended)."""
+        if session.finished is None:
+            self._finish(session, session.episode.stop(reason, termination))
+        assert session.finished is not None
+        return session.finished
+
     def _finish(self, session: _Session, episode: Episode) -> dict[str, Any]:
         recorded = dataclasses.replace(episode, run_id=self.run_id, model_id=MODEL_ID, sample=session.sample)
+        session.finished = recorded
         if self.store is not None:
             self.store.write_episodes([recorded.freeze()])
         self.recorded.append(recorded)
+        if self.on_finish is not None:
+            self.on_finish(session.id, recorded)
         session.outcome = {
             "reward": recorded.reward,
             "success": recorded.success,

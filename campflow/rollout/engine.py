@@ -35,7 +35,7 @@ from campflow.bootcamps.base import Bootcamp, Instance
 from campflow.bootcamps.messages import content_text, image_parts
 from campflow.bootcamps.served import ServedTools
 from campflow.config import RolloutConfig
-from campflow.errors import ContextOverflowError, PolicyError, ToolError, ToolServerError
+from campflow.errors import ContextOverflowError, EpisodeStopped, PolicyError, ToolError, ToolServerError
 from campflow.rollout.episode import RETRYABLE, Episode, Termination
 from campflow.rollout.parsing import ParsedCall, ParsedTurn, clean_text, one_native_call, parse_turn
 
@@ -254,6 +254,11 @@ class _EpisodeRun:
                 reply = await respond(self.messages, self.schemas, ctx)
             except ContextOverflowError as exc:
                 return self.end(Termination.CONTEXT_OVERFLOW, str(exc))
+            except EpisodeStopped as exc:  # the agent is gone: scored on the state it left, unless retryable
+                if exc.termination is None:
+                    self.error = exc.reason
+                    return None
+                return self.end(Termination(exc.termination), exc.reason)
             except PolicyError as exc:
                 return self.end(Termination.INFRA_ERROR, str(exc))
             self.latency += clock() - t0

@@ -20,6 +20,7 @@ class Termination(StrEnum):
     FORMAT_ERROR = "format_error"  # too many consecutive turns without a parseable tool call
     CONTEXT_OVERFLOW = "context_overflow"  # the conversation outgrew the token budget or the model
     TIMEOUT = "timeout"  # the episode's wall-clock budget ran out
+    AGENT_ERROR = "agent_error"  # a user's agent program failed (non-zero exit, traceback) before the episode ended
     INFRA_ERROR = "infra_error"  # the endpoint or our own code failed; never the model's fault
 
     @property
@@ -42,6 +43,9 @@ MODEL_FAILURES = frozenset(
         Termination.INVALID_TOOL_CALL,
         Termination.FORMAT_ERROR,
         Termination.CONTEXT_OVERFLOW,
+        # the agent under evaluation is the model and its program: a program that fails is counted against
+        # it, kept (stderr tail in ``error``) and mined, never retried
+        Termination.AGENT_ERROR,
     }
 )
 # A wall-clock timeout says more about the machine than the model, so it is retried, not mined.

@@ -22,8 +22,9 @@ from typing import Any
 from campflow.agents.base import Policy, PolicyReply, TurnContext
 from campflow.bootcamps.base import Bootcamp, Instance
 from campflow.bootcamps.served import ServedTools
+from campflow.errors import EpisodeStopped
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episode
-from campflow.rollout.episode import Episode
+from campflow.rollout.episode import Episode, Termination
 
 
 class _Wait:
@@ -116,6 +117,27 @@ class SteppedEpisode:
             raise RuntimeError(f"the episode of {self.instance.id} has already ended")
         self.turns += 1
         return self._advance(reply)
+
+    def stop(self, reason: str, termination: Termination | None = None) -> Episode:
+        """End the episode now, where it stands: the caller (an agent program) is gone. Returns the episode.
+
+        Args:
+            reason: what happened, one line (the episode's error).
+            termination: how it ends; None: as an episode without a final tool, scored on its final state
+                (a retryable termination, ``timeout``, is not scored, as in evaluation).
+
+        Raises:
+            RuntimeError: the episode has already ended.
+        """
+        if self.episode is not None:
+            raise RuntimeError(f"the episode of {self.instance.id} has already ended")
+        try:
+            waiting = self._coro.throw(EpisodeStopped(reason, termination))
+        except StopIteration as stop:
+            self.episode = stop.value
+            return self.episode
+        self._coro.close()
+        raise RuntimeError(f"the rollout engine went on after the agent stopped (awaiting {waiting!r})")
 
     def close(self) -> None:
         """Abandon the episode where it stands (nothing is scored)."""

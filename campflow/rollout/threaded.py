@@ -65,6 +65,20 @@ class EpisodeOnLoop:
             raise StopIteration(value)
         raise value
 
+    def throw(self, exc: BaseException) -> Any:
+        """Raise ``exc`` in the waiting turn (as a coroutine's ``throw``); returns the next wait.
+
+        Raises:
+            StopIteration: the episode ended; its value is the episode.
+        """
+        self._loop.call_soon_threadsafe(self._pending.set_exception, exc)  # type: ignore[union-attr]
+        kind, value = self._handoff.get()
+        if kind == "wait":
+            return value
+        if kind == "done":
+            raise StopIteration(value)
+        raise value
+
     def close(self) -> None:
         """Abandon the episode: its turn is cancelled, so its server is stopped; returns once it is."""
         if self._thread.is_alive() and self._pending is not None and not self._pending.done():
