@@ -93,7 +93,9 @@ def test_the_agents_sdk_example_solves_calculator_and_stops_cleanly_after_its_ep
     assert [r["episode_id"] for r in _stored(workspace, "sdk")] == [r["episode_id"] for r in first]
 
 
-def _run(workspace: Path, agent: str, timeout: float = 60.0, bootcamp=None, script=None) -> list[Episode]:
+def _run(
+    workspace: Path, agent: str, timeout: float = 60.0, bootcamp=None, script=None, endpoint=None
+) -> list[Episode]:
     """Run ``agent`` on one episode straight through the runner (a calculator episode answered by the oracle
     unless told otherwise), storing what it plays."""
     store = Workspace.from_config(load_config(None, {"workspace.path": str(workspace)})).store
@@ -101,7 +103,7 @@ def _run(workspace: Path, agent: str, timeout: float = 60.0, bootcamp=None, scri
     instances = eval_instances(bootcamp, 1) if bootcamp.name == "calculator" else [bootcamp.generate(1, 0)]
     store.write_instances(instances, split="eval")
     store.start_run("direct", "evaluate", {}, "scripted")
-    with ScriptedEndpoint(script or OracleScript(instances)) as server:
+    with endpoint or ScriptedEndpoint(script or OracleScript(instances)) as server:
         runner = AgentRunner(
             AgentProgram.parse(agent),
             proxy_backend(_config(workspace, server.url).policy),
@@ -164,6 +166,13 @@ def test_an_agent_that_fails_ends_as_agent_error_with_the_tail_of_its_stderr(wor
     assert "Traceback (most recent call last)" in episode.error
     (row,) = _stored(workspace, "direct")
     assert row["termination"] == "agent_error" and "Traceback" in row["error"]
+
+
+def test_an_agent_that_stops_because_the_model_failed_is_infra_error_not_its_own(workspace: Path) -> None:
+    failing = ScriptedEndpoint(OracleScript(_calculator(1)), fail_rate=1.0)
+    (episode,) = _run(workspace, f"{PYTHON} {EXAMPLES / 'openai_loop.py'}", script=failing.script, endpoint=failing)
+    assert episode.termination == "infra_error" and episode.error.startswith("the model call failed (HTTP ")
+    assert episode.details["agent"]["exit_code"] != 0  # the SDK gave up after its retries, the program failed
 
 
 def _live_members(group: int) -> list[int]:

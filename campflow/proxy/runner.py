@@ -13,7 +13,7 @@ group of its own with the episode in its environment and the prompt on its stand
 - the episode timeout passes: ``timeout``.
 
 Whatever ends it, the program's process group is stopped (SIGTERM, then SIGKILL). A program that stopped
-after the proxy or the model failed (a 5xx on its last call) ends ``infra_error``: retried, never mined.
+after the proxy or the model failed (a 5xx or 429 on its last call) ends ``infra_error``: retried, never mined.
 The episode is stored like any other: its id from (run id, instance id, sample), the reward from the
 bootcamp's verifier, and its transcript the conversation the model saw (the last answered call's messages
 and its reply, from ``proxy_calls``), followed by the results of that reply's tool calls.
@@ -300,7 +300,7 @@ async def _stop_group(process: asyncio.subprocess.Process) -> None:
 def _ending(run: _Run, calls: list[dict[str, Any]], timeout: float) -> tuple[Termination | None, str]:
     """How an episode the agent left unfinished ends, and why (see the module docstring)."""
     last = calls[-1] if calls else None
-    if last is not None and last["status"] >= 500:
+    if last is not None and (last["status"] >= 500 or last["status"] == 429):  # the proxy's, the model's, or a limit
         return Termination.INFRA_ERROR, f"the model call failed (HTTP {last['status']}): {last['error']}"
     if last is not None and last["error_code"] == "context_length_exceeded":
         return Termination.CONTEXT_OVERFLOW, last["error"] or "context length exceeded"
