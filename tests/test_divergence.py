@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from campflow.bootcamps.maze.bootcamp import STEPS, WALL, MazeState
 from campflow.bootcamps.splits import eval_instances
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episode, run_episodes
 from campflow.rollout.episode import MODEL_FAILURES, Episode, Termination
+from campflow.sources import ImportSpec, build_bootcamp
 from campflow.storage.divergences import record_divergences
 from campflow.storage.store import Store
 from campflow.synthesis.divergence import PATH_RIGHT_BUDGET_SPENT, find_divergence
@@ -255,3 +257,29 @@ def test_a_right_path_cut_short_by_the_budget_has_no_divergence(store: Store) ->
     assert store.query("SELECT kind, reason, episodes FROM divergence_summary WHERE run_id = 'short'") == [
         {"kind": "none", "reason": PATH_RIGHT_BUDGET_SPENT, "episodes": 1}
     ]
+
+
+def test_an_imported_bootcamp_with_its_own_tools_gets_the_argument_it_got_wrong(tmp_path) -> None:
+    weather = {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+    row = {
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [weather],
+        "expected_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+    }
+    source = tmp_path / "calls.jsonl"
+    source.write_text(json.dumps(row) + "\n")
+    b = build_bootcamp(ImportSpec(name="fc-div", adapter="function-calling", source=str(source), options={}))
+    instance = b.generate(None, 0)
+
+    def plan(instance: Instance, state, turn: int) -> Action:
+        return Action("get_weather", {"city": "Lyon"}) if turn == 0 else Action("finish", {})
+
+    ep = asyncio.run(run_episode(EpisodeSpec(b, instance), Plan(plan)))
+    assert ep.termination == Termination.WRONG_ANSWER
+    div = find_divergence(b, instance, ep.transcript, ep.termination)
+    assert (div.turn, div.kind) == (0, "argument:city"), div
+    assert div.oracle_action == Action("get_weather", {"city": "Paris"})

@@ -557,14 +557,17 @@ class Bootcamp(Generic[P, S]):
 
         :mod:`campflow.synthesis.divergence` compares a model's call with the oracle's after this; calls
         that normalize alike are the same step. Default: validated by the tool's ``args`` model and
-        dumped as JSON values (``"5"`` and ``5.0`` for a float field are one number).
+        dumped as JSON values under the names the schema shows (``"5"`` and ``5.0`` for a float field are
+        one number).
 
         Raises:
             KeyError: ``name`` is not a tool of this bootcamp.
             pydantic.ValidationError: the arguments do not fit the tool's schema.
         """
-        model = self._tools[name].args_model
-        return model.model_validate(dict(arguments)).model_dump(mode="json")
+        model = next((t for t in self.tools(instance) if t.name == name), None)
+        if model is None:
+            raise KeyError(f"{self.name} has no tool {name!r}")
+        return model.args_model.model_validate(dict(arguments)).model_dump(mode="json", by_alias=True)
 
     def divergence_kind(
         self,

@@ -204,11 +204,12 @@ class _Replay:
     def __init__(self, bootcamp: Bootcamp, instance: Instance) -> None:
         self.bootcamp, self.instance = bootcamp, instance
         self.state = bootcamp.new_state(instance)
+        self.tools = frozenset(t.name for t in bootcamp.tools(instance))
         self.played: list[Action] = []  # the calls that ran (refused ones included; they change nothing)
 
     def play(self, call: _Call) -> None:
         """Run one recorded call as the engine would: refused and unrunnable calls change nothing."""
-        if not call.runnable or call.action.name not in self.bootcamp._tools:
+        if not call.runnable or call.action.name not in self.tools:
             call.runnable = False
             return
         try:
@@ -226,7 +227,8 @@ class _Replay:
         """An independent copy: the world deep-copied, or rebuilt from the calls where it cannot be
         copied (a database connection)."""
         twin = _Replay.__new__(_Replay)
-        twin.bootcamp, twin.instance, twin.played = self.bootcamp, self.instance, list(self.played)
+        twin.bootcamp, twin.instance, twin.tools = self.bootcamp, self.instance, self.tools
+        twin.played = list(self.played)
         try:
             twin.state = copy.deepcopy(self.state)
         except (TypeError, copy.Error):
