@@ -564,10 +564,10 @@ class Bootcamp(Generic[P, S]):
             KeyError: ``name`` is not a tool of this bootcamp.
             pydantic.ValidationError: the arguments do not fit the tool's schema.
         """
-        model = next((t for t in self.tools(instance) if t.name == name), None)
-        if model is None:
+        found = next((t for t in self.tools(instance) if t.name == name), None)
+        if found is None:
             raise KeyError(f"{self.name} has no tool {name!r}")
-        return model.args_model.model_validate(dict(arguments)).model_dump(mode="json", by_alias=True)
+        return found.args_model.model_validate(dict(arguments)).model_dump(mode="json", by_alias=True)
 
     def divergence_kind(
         self,
