@@ -240,6 +240,7 @@ def test_a_function_agent_gets_its_episode_and_an_exit_without_submit_is_scored_
         ("python 'unclosed", "cannot be split into a command"),
         ("no-such-agent-program --fast", "command 'no-such-agent-program' not found"),
         ("no_such_agent_module:run", "module 'no_such_agent_module' is not importable"),
+        ("python no_such_agent.py", "script 'no_such_agent.py' not found"),
     ],
 )
 def test_an_agent_value_campflow_cannot_run_is_one_error_naming_it(value: str, names: str) -> None:

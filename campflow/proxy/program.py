@@ -97,6 +97,12 @@ class AgentProgram:
                 f"--agent {value!r}: command {argv[0]!r} not found (not on PATH, or not an executable file); "
                 "expected a command such as 'python my_agent.py' or module:function"
             )
+        missing = [a for a in argv[1:] if a.endswith(".py") and not a.startswith("-") and not os.path.exists(a)]
+        if missing:  # "python my_agent.py" from the wrong folder would fail every episode the same way
+            raise AgentProgramError(
+                f"--agent {value!r}: script {missing[0]!r} not found from {os.getcwd()}; "
+                "run campflow from the folder the command expects, or give the script's full path"
+            )
         return cls(spec, argv)
 
 
