@@ -24,6 +24,7 @@ from campflow.bootcamps import registry
 from campflow.config import SandboxConfig, load_config
 from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
 from tests import authored_modules as modules
+from tests.test_bootcamp_subclasses import NOTES_SERVER
 
 # (what it does, where: setup = at import / build = in build, the code, the check that fails, the reason)
 MISBEHAVIOURS = [
@@ -86,6 +87,21 @@ MISBEHAVIOURS = [
         "signalling another process",
     ),
     ("loads native code", "setup", "import ctypes", "imports", "native code (import ctypes)"),
+    (
+        "connects a Unix socket",
+        "build",
+        "import socket\nsocket.socket(socket.AF_UNIX).connect(WATCHED + '/sock')",
+        "declarations",
+        "network access (socket.connect)",
+    ),
+    (
+        "starts a process through campflow's server guard",
+        "build",
+        "import subprocess, sys\nfrom campflow.mcp.server import GUARD\n"
+        "subprocess.run([sys.executable, '-I', '-S', str(GUARD), 'touch', WATCHED + '/touched'])",
+        "declarations",
+        "starting a process",
+    ),
     (
         "allocates without end",
         "build",
@@ -265,3 +281,97 @@ def test_a_refusal_goes_back_to_the_llm_and_a_repaired_module_is_accepted(
     assert [r.accepted for r in result.rounds] == [False, True]
     assert "imports: the sandbox refused network access" in requests[1]["messages"][-1]["content"]
     assert _accepted_connections(listener) == 0
+
+
+# A served bootcamp (an MCP server as its tools): the sandbox starts its declared server through campflow's
+# guard, and nothing else. Each bad act is in tools(), which the declarations check calls once the server
+# is permitted, right after the real server was started (and stopped) to list its tools.
+SERVED = '''
+import sys
+
+from pydantic import Field
+
+from campflow.bootcamps.base import Action, Params, Score
+from campflow.mcp.bootcamp import McpBootcamp
+from campflow.mcp.server import GUARD, ServerSpec
+
+SERVER = SERVER_PATH
+
+
+class NotesParams(Params):
+    notes: int = Field(1, ge=1, le=3)
+
+
+class Notes(McpBootcamp[NotesParams]):
+    """Add the notes the prompt lists, then submit."""
+
+    name = "au-notes"
+    params_model = NotesParams
+    levels = {n: NotesParams(level=n, notes=n) for n in (1, 2, 3)}
+    server = ServerSpec(command=[sys.executable, SERVER, "--db", "{workdir}/notes.json"])
+
+    def build(self, params, rng):
+        return {"notes": ["milk", "eggs", "tea"][: params.notes]}
+
+    def prompt(self, instance):
+        return self.chat("Add: " + ", ".join(instance.data["notes"]))
+
+    def tools(self, instance):
+        found = super().tools(instance)
+        BAD_ACT
+        return found
+
+    def oracle(self, instance, state):
+        return Action("submit", {})
+
+    def score(self, instance, state, transcript):
+        return Score(0.0, False, {})
+'''
+
+SERVED_MISBEHAVIOURS = [
+    (
+        "starts its declared server itself, its notes outside its folder",
+        "import subprocess\nsubprocess.run([sys.executable, '-I', '-S', str(GUARD), sys.executable, SERVER, "
+        "'--db', WATCHED + '/notes.json'], timeout=30)",
+        "starting a process",
+    ),
+    (
+        "starts another command through the guard",
+        "import subprocess\nsubprocess.run([sys.executable, '-I', '-S', str(GUARD), 'touch', WATCHED + '/t'])",
+        "starting a process",
+    ),
+    (
+        "starts a process another way",
+        "import os\nos.system('touch ' + WATCHED + '/t')",
+        "starting a process (os.system)",
+    ),
+    ("opens a TCP socket", "import socket\nsocket.create_connection(('127.0.0.1', PORT), timeout=2)", "network access"),
+    (
+        "signals a process it did not start",
+        "import os, signal\nos.kill(HOST_PID, signal.SIGTERM)",
+        "signalling another",
+    ),
+    ("writes outside its folder", "open(WATCHED + '/stray.txt', 'w').write('x')", "writing outside its folder"),
+]
+
+
+@pytest.mark.parametrize(("what", "code", "reason"), SERVED_MISBEHAVIOURS, ids=[m[0] for m in SERVED_MISBEHAVIOURS])
+def test_a_served_bootcamp_may_start_only_its_declared_server_and_only_through_the_guard(
+    tmp_path: Path, listener: socket.socket, what: str, code: str, reason: str
+) -> None:
+    watched, root = tmp_path / "watched", tmp_path / "sandboxes"
+    watched.mkdir()
+    server = tmp_path / "notes_server.py"
+    server.write_text(NOTES_SERVER)
+    bad = _fill(code, listener, watched).replace("\n", "\n        ")
+    source = SERVED.replace("SERVER_PATH", repr(str(server))).replace("BAD_ACT", bad)
+    report = run_contract(
+        source, name="au-notes", examples=[], instances=1, limits=SandboxConfig(root=root), served_instances=1
+    )
+    first = report.failures[0]
+    assert (first.check, reason in first.reason) == ("declarations", True), first.line()
+    assert report.info["served_seeds"] == 1
+    assert list(watched.iterdir()) == [], "nothing was written outside the sandbox"
+    assert _accepted_connections(listener) == 0, "nothing reached the host's network"
+    assert list(root.iterdir()) == [], "the sandbox folders are gone"
+    assert _processes_mentioning(str(root)) == [] and _processes_mentioning(str(server)) == [], "no server is left"

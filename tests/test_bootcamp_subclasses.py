@@ -3,8 +3,9 @@ file is judged by what its classes are (imported in the sandbox), not by the nam
 
 A subclass of a built-in (``class ZeroCalculator(Calculator)``) is read and checked; the planted hack in it
 (the answer 0 pays) is refused by the hack battery, naming the exploit. docs/mcp.md's Python bootcamp
-(``class Notes(McpBootcamp[NotesParams])``), with a notes server written here, is found as a bootcamp and
-built by the workspace's resolver. What truly is not a bootcamp is still one line.
+(``class Notes(McpBootcamp[NotesParams])``), with a notes server written here, passes ``campflow bootcamps
+check`` and ``campflow import bootcamp`` (its server started in the sandbox, through campflow's guard only)
+and is built by the workspace's resolver. What truly is not a bootcamp is still one line.
 """
 
 from __future__ import annotations
@@ -170,12 +171,28 @@ def test_a_file_whose_import_raises_is_refused_by_the_imports_check_with_its_tra
     assert "raises.py" in checked.stdout  # the traceback names the user's file, not the sandbox's copy
 
 
-def test_the_mcp_guides_python_bootcamp_is_a_bootcamp_the_resolver_builds_and_its_oracle_solves(tmp_path) -> None:
+def test_the_mcp_guides_python_bootcamp_passes_check_and_import_and_the_resolver_builds_it(tmp_path) -> None:
     folder = tmp_path / "mine"
     _write(folder, "notes_server.py", NOTES_SERVER)
     source = _write(folder, "notes.py", _guide_notes_bootcamp())
     read = read_bootcamp_file(str(source))
     assert (read.class_name, read.name, read.import_error) == ("Notes", "notes", None)
+
+    # every episode of the checks starts a notes server (about 40 at -n 1): one seed a level, time to do it
+    config = _write(tmp_path, "campflow.yaml", "author:\n  sandbox:\n    wall_s: 900\n")
+    checked = run_cli("bootcamps", "check", "notes.py", "-n", "1", "-c", str(config), cwd=folder, timeout=1200)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for check in ("declarations", "oracle level 3", "wrong_answer level 3", "battery level 3", "grounded level 3"):
+        assert f"ok   {check}" in checked.stdout, checked.stdout
+    assert "notes: all 20 checks hold (1 seed per level: a served bootcamp starts a server each episode" in (
+        checked.stdout
+    )
+    ws = tmp_path / "ws"
+    imported = run_cli(
+        "import", "bootcamp", "notes.py", "-n", "1", "-c", str(config), "-w", str(ws), cwd=folder, timeout=1200
+    )
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert "imported notes (bootcamp " in imported.stdout and "all 20 checks hold" in imported.stdout
 
     spec = ImportSpec(
         name="notes",

@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from campflow.authoring.checks import MODULE_FILE
-from campflow.authoring.contract_run import ContractReport, Verdict, add_hacker_verdicts, run_contract
+from campflow.authoring.contract_run import (
+    SERVED_INSTANCES,
+    ContractReport,
+    Verdict,
+    add_hacker_verdicts,
+    run_contract,
+)
 from campflow.authoring.sandbox import run_confined
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp
@@ -89,9 +95,12 @@ class CheckReport:
         """One line: all held, or how many failed and the first."""
         ran = [v for v in self.verdicts if v.passed is not None]
         failed = [v for v in self.verdicts if v.passed is False]
+        served = self.contract.info.get("served_seeds")
+        seeds = f" ({served} seed{'s' * (served != 1)} per level: a served bootcamp starts a server each episode; -n sets more)"
+        seeds = seeds if served else ""
         if self.passed:
-            return f"{self.file.name}: all {len(ran)} checks hold"
-        return f"{self.file.name}: {len(failed)} of {len(ran)} checks failed; first: {failed[0].line()}"
+            return f"{self.file.name}: all {len(ran)} checks hold{seeds}"
+        return f"{self.file.name}: {len(failed)} of {len(ran)} checks failed{seeds}; first: {failed[0].line()}"
 
 
 @dataclass(frozen=True)
@@ -237,6 +246,8 @@ def _check(file: BootcampFile, cfg: CampflowConfig, instances: int | None) -> Ch
         grounding=True,
         class_name=file.class_name or None,
         builtin=file.path is None,
+        served_instances=instances or SERVED_INSTANCES,
+        origin=file.path,
     )
     add_hacker_verdicts(report, lambda: _build(file), cfg.integrity.hacker)
     shown = file.path.name if file.path is not None else file.target

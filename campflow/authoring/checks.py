@@ -33,6 +33,13 @@ check               passes when
                     for every seed (judged by the parent from both processes' digests)
 ==================  ================================================================================
 
+A served bootcamp (an MCP server as its tools) is checked the same way, each episode on a fresh server
+(:func:`~campflow.bootcamps.contract.direct_episode`; the battery plays it through the engine): once
+it is built, the server commands its declaration names for the instances checked are the only processes
+the sandbox lets start (:func:`declared_servers`, :func:`campflow.authoring.confine.allow_servers`), and
+it is checked on ``plan["served_seeds"]`` seeds per level where the plan gives that number (each
+episode starts a server); the ``info`` event says how many (``served_seeds``).
+
 With ``plan["discover"]`` the process checks nothing: it imports the module and says which classes it
 defines (those it imports left out), which of them are Bootcamp subclasses and the ``name`` each
 carries (:func:`discover`); ``campflow bootcamps check`` decides from that which class a file means.
@@ -54,6 +61,7 @@ from typing import Any
 
 from campflow.bootcamps import contract
 from campflow.bootcamps.base import Bootcamp, Instance
+from campflow.bootcamps.served import ServedTools
 from campflow.errors import ContractError, ImportSourceError
 from campflow.integrity.battery import SEEDS as BATTERY_SEEDS
 from campflow.integrity.battery import run_battery
@@ -96,10 +104,17 @@ class LimitReached(BaseException):
     module does not swallow it."""
 
 
-def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[str]]) -> None:
+def run_plan(
+    plan: dict[str, Any],
+    emit: Emit,
+    refused: Callable[[], Sequence[str]],
+    *,
+    permit_servers: Callable[[Sequence[Sequence[str]]], None] | None = None,
+) -> None:
     """Run the planned checks on the module in the cwd, emitting ``start``, ``verdict``, ``info`` and
     ``digests`` events; with ``plan["digests_only"]`` only build it and emit the digests; with
-    ``plan["discover"]`` only emit what :func:`discover` finds."""
+    ``plan["discover"]`` only emit what :func:`discover` finds. ``permit_servers`` receives a served
+    bootcamp's declared server commands before any of them starts (the sandbox's permission)."""
     if plan.get("discover"):
         emit(discover(plan["sha256"]))
         return
@@ -107,7 +122,7 @@ def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[st
     spec = ImportSpec(
         name=plan["name"],
         adapter="authored",
-        source=str(Path(MODULE_FILE).resolve()),
+        source=plan.get("origin") or str(Path(MODULE_FILE).resolve()),  # the user's file, read where it lies
         options={"sha256": plan["sha256"], **({"class": plan["class"]} if plan.get("class") else {})},
     )
     made: list[Bootcamp] = []
@@ -120,10 +135,19 @@ def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[st
         return
     bootcamp = made[0]
     levels = sorted(bootcamp.levels)
-    emit({"info": _info(bootcamp)})
-    if not runner.check("declarations", None, lambda ev: contract.check_declarations(bootcamp)):
-        return
     seeds = list(range(int(plan["seeds"])))
+    served = isinstance(bootcamp, ServedTools)
+    if served and plan.get("served_seeds"):
+        seeds = seeds[: int(plan["served_seeds"])]
+    emit({"info": {**_info(bootcamp), **({"served_seeds": len(seeds)} if served else {})}})
+
+    def declarations(evidence: dict[str, Any]) -> None:
+        if served and permit_servers is not None:  # the sandbox's permission, before the first server starts
+            permit_servers(declared_servers(bootcamp, levels, seeds))
+        contract.check_declarations(bootcamp)
+
+    if not runner.check("declarations", None, declarations):
+        return
     if plan.get("digests_only"):
         emit({"digests": _digests(bootcamp, levels[::-1] if plan.get("reverse") else levels, seeds, plan)})
         return
@@ -148,6 +172,21 @@ def run_plan(plan: dict[str, Any], emit: Emit, refused: Callable[[], Sequence[st
             )
     if plan.get("examples"):
         runner.check("examples", None, lambda ev: _examples(bootcamp, plan["examples"], ev))
+
+
+def declared_servers(bootcamp: Bootcamp, levels: Sequence[int], seeds: Sequence[int]) -> list[list[str]]:
+    """The distinct server commands (argv templates) a served bootcamp declares for the instances the checks
+    play (every level's ``seeds``, and the default level's seed 0 the declarations check asks for its tools);
+    a URL server starts no process: none."""
+    spec_of = getattr(bootcamp, "server_spec", None)
+    if spec_of is None:
+        return []
+    out: list[list[str]] = []
+    for level, seed in [(None, 0), *((lv, s) for lv in levels for s in seeds)]:
+        command = spec_of(bootcamp.generate(level, seed)).command
+        if command and list(command) not in out:
+            out.append(list(command))
+    return out
 
 
 def discover(sha256: str) -> dict[str, Any]:
@@ -281,7 +320,8 @@ def _wrong(bootcamp: Bootcamp, level: int, seeds: Sequence[int], evidence: dict[
     for seed in seeds:
         evidence["seed"] = seed
         instance = bootcamp.generate(level, seed)
-        score = bootcamp.score(instance, bootcamp.new_state(instance), ())
+        with contract.direct_episode(bootcamp, instance) as episode:
+            score = episode.score()
         if score.success or score.reward > bootcamp.wrong_answer_bound:
             return (
                 f"level {level} seed {seed}: an episode in which the agent did nothing scored reward "

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from campflow.authoring.checks import CHECKS, LEVEL_CHECKS, PARENT_CHECKS
@@ -28,6 +29,9 @@ from campflow.integrity.battery import BatteryReport, Probe
 from campflow.integrity.hacker import run_hacker
 from campflow.sources.authored import source_sha256
 from campflow.sources.vetting import HASH_SEEDS, nondeterminism_cause
+
+#: seeds per level a served bootcamp's check uses unless told otherwise: each of its episodes starts a server
+SERVED_INSTANCES = 2
 
 
 @dataclass
@@ -79,18 +83,33 @@ def run_contract(
     grounding: bool = False,
     class_name: str | None = None,
     builtin: bool = False,
+    served_instances: int | None = None,
+    origin: Path | None = None,
 ) -> ContractReport:
     """Run the contract on ``source`` (to become bootcamp ``name``) in sandboxed processes; see the module
     docstring. ``instances`` is the number of seeds every level is checked on; ``grounding`` adds the
     demonstrator's grounding check (``campflow bootcamps check``); ``class_name`` picks the Bootcamp
     subclass where the module defines several; ``builtin``: ``name`` is a built-in bootcamp, built from
-    the registry (``source`` then only names it)."""
+    the registry (``source`` then only names it). ``served_instances``: the seeds per level where the
+    bootcamp turns out to be served (every episode starts its server; default ``instances``), said in
+    ``info["served_seeds"]``. ``origin``: the file ``source`` was read from, imported there (its hash
+    checked) so that what it finds beside itself (a server script, a data file) is found as it will be."""
     sha = source_sha256(source)
-    plan = {"name": name, "sha256": sha, "seeds": instances, "examples": list(examples), "grounding": grounding}
+    plan: dict[str, Any] = {
+        "name": name,
+        "sha256": sha,
+        "seeds": instances,
+        "examples": list(examples),
+        "grounding": grounding,
+    }
     if class_name:
         plan["class"] = class_name
     if builtin:
         plan["builtin"] = name
+    if served_instances:
+        plan["served_seeds"] = min(served_instances, instances)
+    if origin is not None:
+        plan["origin"] = str(origin)
     with ThreadPoolExecutor(2) as pool:  # the two processes run side by side
         first_f = pool.submit(run_confined, source, plan, limits, hash_seed=HASH_SEEDS[0])
         second_f = pool.submit(

@@ -38,6 +38,9 @@ from campflow.config import SandboxConfig
 from campflow.errors import AuthoringError
 
 UNSHARE = ("unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child")
+#: RLIMIT_NPROC a served bootcamp's check may rise to (its event loops' threads, the guards and servers a
+#: few at a time, their threads); counted inside the user namespace, so only where namespaces hold
+SERVED_PROCESSES = 128
 _CHILD = "campflow.authoring.confine"
 MAX_LINE = 1 << 20  # a longer protocol line is not ours
 MAX_PROTOCOL = 64 << 20  # bytes read from the protocol pipe before the process is stopped
@@ -112,7 +115,7 @@ def run_confined(source: str, plan: dict[str, Any], limits: SandboxConfig, *, ha
     """Run the checks of ``plan`` on ``source`` in a sandboxed process; see the module docstring."""
     prefix = isolation_prefix(limits)
     nonce = secrets.token_hex(8)
-    plan = {**plan, "nonce": nonce, "limits": _limits(limits)}
+    plan = {**plan, "nonce": nonce, "limits": _limits(limits, namespaces=bool(prefix))}
     run = ChildRun(isolation=(*(["namespaces"] if prefix else []), "rlimits", "audit hook"))
     with sandbox_folder(source, limits) as folder, tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(
@@ -210,12 +213,14 @@ def _environment(folder: Path, hash_seed: str) -> dict[str, str]:
     }
 
 
-def _limits(limits: SandboxConfig) -> dict[str, Any]:
+def _limits(limits: SandboxConfig, *, namespaces: bool) -> dict[str, Any]:
     return {
         "memory_mb": limits.memory_mb,
         "cpu_s": limits.cpu_s,
         "file_mb": limits.file_mb,
         "max_processes": limits.max_processes,
+        # outside a user namespace the count is the whole user's on this host: no number fits, leave it
+        "served_processes": max(SERVED_PROCESSES, limits.max_processes) if namespaces else -1,
     }
 
 

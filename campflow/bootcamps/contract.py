@@ -19,22 +19,90 @@ A bootcamp keeps the contract when
 The checks play the bootcamp directly (no engine, no policy), so they run wherever the bootcamp
 imports: in the test suite for the built-in bootcamps, in a subprocess for one written by someone
 else. Each raises :class:`~campflow.errors.ContractError` naming the bootcamp, level and seed.
+
+A served bootcamp (:class:`~campflow.bootcamps.served.ServedTools`: an MCP server as its tools) is
+played the same way through :func:`direct_episode`: every episode on a fresh server held open a call at
+a time (:class:`~campflow.bootcamps.served.HeldEpisode`), its final state read (``conclude``) before it
+is scored. Each such episode costs a server start.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from campflow.bootcamps.base import Action, Bootcamp, Instance, Params, Score, State, format_validation_error
+from campflow.bootcamps.base import (
+    Action,
+    Bootcamp,
+    Instance,
+    Observation,
+    Params,
+    Score,
+    State,
+    ToolArgs,
+    format_validation_error,
+)
+from campflow.bootcamps.served import HeldEpisode, ServedTools
 from campflow.errors import ContractError, ToolError
 
 SEEDS = range(50)
+
+
+@dataclass
+class DirectEpisode:
+    """One episode played directly (no engine): on an in-memory world, or on a served bootcamp's fresh
+    server (``held``). Made by :func:`direct_episode`."""
+
+    bootcamp: Bootcamp
+    instance: Instance
+    state: State
+    held: HeldEpisode | None = None
+
+    def call(self, name: str, args: ToolArgs) -> Observation:
+        """Run tool ``name`` with validated ``args`` (``finished`` is left to the caller)."""
+        if self.held is None:
+            return self.bootcamp.call(self.instance, self.state, name, args)
+        served: Any = self.bootcamp
+        return self.held.run(lambda state: served.call_served(self.instance, state, name, args))
+
+    def apply(self, action: Action) -> Observation:
+        """Validate ``action``'s arguments and run it, setting ``state.finished`` after a final observation,
+        as :meth:`~campflow.bootcamps.base.Bootcamp.apply` does."""
+        if self.held is None:
+            return self.bootcamp.apply(self.instance, self.state, action)
+        tool = next((t for t in self.bootcamp.tools(self.instance) if t.name == action.name), None)
+        if tool is None:
+            raise ToolError(f"unknown tool {action.name!r}")
+        obs = self.call(action.name, tool.args_model.model_validate(dict(action.arguments)))
+        if obs.final:
+            self.state.finished = True
+        return obs
+
+    def score(self, transcript: Sequence[dict[str, Any]] = ()) -> Score:
+        """Score the episode as it stands (a served one's final state read first, as the engine does)."""
+        if self.held is not None:
+            served: Any = self.bootcamp
+            self.held.run(lambda state: served.conclude(self.instance, state))
+        return self.bootcamp.score(self.instance, self.state, transcript)
+
+
+@contextmanager
+def direct_episode(bootcamp: Bootcamp, instance: Instance) -> Iterator[DirectEpisode]:
+    """A fresh episode of ``instance``: ``new_state``, or a served bootcamp's fresh server, stopped on exit."""
+    if not isinstance(bootcamp, ServedTools):
+        yield DirectEpisode(bootcamp, instance, bootcamp.new_state(instance))
+        return
+    held = HeldEpisode(bootcamp, instance)
+    try:
+        yield DirectEpisode(bootcamp, instance, held.state, held)
+    finally:
+        held.close()
 
 
 def wrong_ending(bootcamp: Bootcamp, instance: Instance, state: State, rng: random.Random) -> Action:
@@ -52,12 +120,13 @@ def play_wrong_ending(bootcamp: Bootcamp, instance: Instance, sample: int = 0) -
     Raises:
         ContractError: if the episode does not end within the bootcamp's turn budget.
     """
-    state = bootcamp.new_state(instance)
-    for turn in range(bootcamp.max_turns(instance)):
-        rng = random.Random(f"wrong:{instance.id}:{sample}:{turn}")
-        bootcamp.apply(instance, state, wrong_ending(bootcamp, instance, state, rng))
-        if state.finished:
-            return state, bootcamp.score(instance, state, ())
+    with direct_episode(bootcamp, instance) as episode:
+        state = episode.state
+        for turn in range(bootcamp.max_turns(instance)):
+            rng = random.Random(f"wrong:{instance.id}:{sample}:{turn}")
+            episode.apply(wrong_ending(bootcamp, instance, state, rng))
+            if state.finished:
+                return state, episode.score()
     raise ContractError(
         f"{_where(bootcamp, instance)}: a wrong ending did not end the episode within "
         f"{bootcamp.max_turns(instance)} turns"
@@ -94,21 +163,22 @@ def check_oracle_solves(
     (the failing episode's last)."""
     for seed in seeds:
         instance = bootcamp.generate(level, seed)
-        state = bootcamp.new_state(instance)
         if steps is not None:
             steps.clear()
-        for turn in range(bootcamp.max_turns(instance)):
-            action = bootcamp.oracle(instance, state)
-            if steps is not None:
-                steps.append(step_line(turn, action))
-            bootcamp.apply(instance, state, action)
-            if state.finished:
-                break
-        else:
-            raise ContractError(
-                f"{_where(bootcamp, instance)}: the oracle did not finish within {bootcamp.max_turns(instance)} turns"
-            )
-        score = bootcamp.score(instance, state, ())
+        with direct_episode(bootcamp, instance) as episode:
+            state = episode.state
+            for turn in range(bootcamp.max_turns(instance)):
+                action = bootcamp.oracle(instance, state)
+                if steps is not None:
+                    steps.append(step_line(turn, action))
+                episode.apply(action)
+                if state.finished:
+                    break
+            else:
+                raise ContractError(
+                    f"{_where(bootcamp, instance)}: the oracle did not finish within {bootcamp.max_turns(instance)} turns"
+                )
+            score = episode.score()
         if not (score.success and score.reward == 1.0):
             raise ContractError(
                 f"{_where(bootcamp, instance)}: the oracle scored reward {score.reward}, "
@@ -164,8 +234,13 @@ def play_demonstration(bootcamp: Bootcamp, instance: Instance) -> Demonstration:
     """Play :meth:`~campflow.bootcamps.base.Bootcamp.demonstrate` turn after turn with a transcript in
     the engine's format (prompt, one tool call a turn, its result, feedback; a refused call answers
     ``Error: <message>``), no engine or event loop involved, and score the episode."""
+    with direct_episode(bootcamp, instance) as episode:
+        return _demonstrate(bootcamp, instance, episode)
+
+
+def _demonstrate(bootcamp: Bootcamp, instance: Instance, episode: DirectEpisode) -> Demonstration:
     transcript: list[dict[str, Any]] = list(bootcamp.prompt(instance))
-    state = bootcamp.new_state(instance)
+    state = episode.state
     steps: list[str] = []
     for turn in range(bootcamp.max_turns(instance)):
         action = bootcamp.demonstrate(instance, state, transcript)
@@ -185,7 +260,7 @@ def play_demonstration(bootcamp: Bootcamp, instance: Instance) -> Demonstration:
         try:
             if tool is None:
                 raise ToolError(f"unknown tool {action.name!r}")
-            obs = bootcamp.call(instance, state, action.name, tool.args_model.model_validate(dict(action.arguments)))
+            obs = episode.call(action.name, tool.args_model.model_validate(dict(action.arguments)))
             text = obs.text
         except ValidationError as exc:
             obs, text = None, f"Error: invalid arguments for {action.name}: {format_validation_error(exc)}"
@@ -198,7 +273,7 @@ def play_demonstration(bootcamp: Bootcamp, instance: Instance) -> Demonstration:
         note = bootcamp.feedback(instance, state, turn)
         if note:
             transcript.append({"role": "user", "content": note})
-    return Demonstration(transcript, state, bootcamp.score(instance, state, transcript), state.finished, steps)
+    return Demonstration(transcript, state, episode.score(transcript), state.finished, steps)
 
 
 def text_twin(bootcamp: Bootcamp, level: int) -> Params:

@@ -19,8 +19,17 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
+_SERVER: list[int] = []  # the server's pid, once started
+
+
 def _kill_group(signum: int, frame: object) -> None:
-    os.killpg(0, signal.SIGKILL)  # the server, its children and this script
+    for pid in _SERVER:  # killed and reaped here first: where this script's parent is a PID namespace's
+        try:  # init (the authoring sandbox), an orphaned zombie would keep the group alive
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    os.killpg(0, signal.SIGKILL)  # the server's children and this script
 
 
 def main() -> int:
@@ -34,6 +43,7 @@ def main() -> int:
     except OSError as exc:
         print(f"cannot start the MCP server {sys.argv[1]!r}: {exc}", file=sys.stderr)
         return 127
+    _SERVER.append(child.pid)
     return child.wait()
 
 
