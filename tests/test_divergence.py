@@ -18,9 +18,9 @@ from campflow.bootcamps.splits import eval_instances
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episode, run_episodes
 from campflow.rollout.episode import MODEL_FAILURES, Episode, Termination
 from campflow.sources import ImportSpec, build_bootcamp
-from campflow.storage.divergences import record_divergences
 from campflow.storage.store import Store
 from campflow.synthesis.divergence import PATH_RIGHT_BUDGET_SPENT, find_divergence
+from campflow.synthesis.divergence_records import record_divergences
 
 REFINED = {"operator_flipped", "distractor_number", "step_skipped", "wall", "revisit", "away_from_goal"}
 GENERIC = {"no_call", "invalid_call", "early_submit", "no_submit", "extra_step", "wrong_tool"}

@@ -58,12 +58,7 @@ class EpisodeOnLoop:
             self._thread.start()
         else:
             self._loop.call_soon_threadsafe(self._pending.set_result, reply)  # type: ignore[union-attr]
-        kind, value = self._handoff.get()
-        if kind == "wait":
-            return value
-        if kind == "done":
-            raise StopIteration(value)
-        raise value
+        return self._next()
 
     def throw(self, exc: BaseException) -> Any:
         """Raise ``exc`` in the waiting turn (as a coroutine's ``throw``); returns the next wait.
@@ -72,6 +67,10 @@ class EpisodeOnLoop:
             StopIteration: the episode ended; its value is the episode.
         """
         self._loop.call_soon_threadsafe(self._pending.set_exception, exc)  # type: ignore[union-attr]
+        return self._next()
+
+    def _next(self) -> Any:
+        """What the episode's thread hands back next: a wait, the episode's end, or its error."""
         kind, value = self._handoff.get()
         if kind == "wait":
             return value

@@ -23,6 +23,7 @@ from campflow.errors import RunNotFoundError
 from campflow.rollout.engine import RolloutSettings
 from campflow.storage.store import Store
 from campflow.synthesis.clustering import Cluster, cluster_failures, load_clusters
+from campflow.synthesis.divergence_records import record_divergences
 from campflow.synthesis.mining import FAILURE_TERMINATIONS, MiningSummary, mine_failures
 from campflow.synthesis.proposals import Synthesizer, load_contexts
 from campflow.synthesis.validate import ValidationSettings, record_verdicts, validate_proposals
@@ -80,6 +81,7 @@ def analyze_run(
     mining = None
     if refresh or failed != clustered:
         mining = mine_failures(store, run_id, bootcamps)
+        record_divergences(store, run_id)  # where each failure left every correct path: `divergence_summary`
         cluster_failures(
             store, run_id, max_clusters=cfg.max_clusters, exemplars=cfg.exemplars, seed=cfg.seed, bootcamps=bootcamps
         )
