@@ -23,11 +23,12 @@ run: $(STAMP)
 	$(VENV)/bin/campflow improve --config configs/default.yaml
 
 # Two pytest workers, each taking whole files (a file's fixtures, a tiny model built once, stay in one
-# process): much of the suite waits on subprocesses and servers, so two share the 2 cores well. Every
+# process): much of the suite waits on subprocesses and servers, so two share the 2 cores well. Files with
+# long tests (marker `slow`) go first (tests/conftest.py), so no long file runs alone at the end. Every
 # failure is reported, not the first only. PYTEST_ARGS adds options (e.g. PYTEST_ARGS=-x locally).
 PYTEST_ARGS ?=
 test: lint
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # The tests of trained numbers (marker `numeric`) once more where another machine would differ: torch's
 # plain kernels (as an older CPU runs) at one thread, and this CPU's own kernels at two. The one-thread pass

@@ -171,6 +171,7 @@ def test_a_file_whose_import_raises_is_refused_by_the_imports_check_with_its_tra
     assert "raises.py" in checked.stdout  # the traceback names the user's file, not the sandbox's copy
 
 
+@pytest.mark.slow
 def test_the_mcp_guides_python_bootcamp_passes_check_and_import_and_the_resolver_builds_it(tmp_path) -> None:
     folder = tmp_path / "mine"
     _write(folder, "notes_server.py", NOTES_SERVER)

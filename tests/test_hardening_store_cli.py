@@ -474,6 +474,7 @@ def test_a_write_that_gives_up_marks_the_run_failed_and_a_rerun_completes_only_w
 # -- stopping --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_evaluation_says_where_it_stopped_and_the_rerun_completes_it(tmp_path) -> None:
     db = tmp_path / "campflow-data" / STORE
     args = [

@@ -25,6 +25,7 @@ def _sql(db: Path, query: str) -> list[tuple]:
     return run_sql(db, query, wait_s=30).rows
 
 
+@pytest.mark.slow
 def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
     from campflow.flows.improve import improve
 
@@ -118,6 +119,7 @@ def _wait_until(proc: subprocess.Popen, condition, what: str, timeout: float = 2
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resumes_without_duplicates(
     tmp_path,
 ) -> None:
@@ -177,6 +179,7 @@ def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resu
         _sql(db, f"SELECT count(*) FROM {table}")
 
 
+@pytest.mark.slow
 def test_two_cycles_run_the_second_from_the_firsts_promoted_model_and_a_kill_in_the_second_resumes_it(tmp_path) -> None:
     ws = tmp_path / "ws"
     config = write_tiny_config(
@@ -219,6 +222,7 @@ def test_two_cycles_run_the_second_from_the_firsts_promoted_model_and_a_kill_in_
     assert _sql(db, "SELECT count(*) FROM curriculum WHERE run_id LIKE 'm-%-probe-after'")[0][0] > 0
 
 
+@pytest.mark.slow
 def test_watch_starts_no_cycle_below_the_threshold_and_exactly_one_above(tmp_path) -> None:
     from campflow.flows.evaluate import evaluate
     from campflow.flows.watch import watch_flow

@@ -19,6 +19,7 @@ from tests.loop_config import write_tiny_config
 from tests.test_mcp import LEDGER, LEDGER_TASKS, _servers_gone
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_harness")
 def test_one_cycle_on_an_imported_mcp_bootcamp_reaches_rl_and_leaves_no_server(tmp_path, monkeypatch) -> None:
     from campflow.flows import band

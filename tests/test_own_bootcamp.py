@@ -100,6 +100,7 @@ def prefect_api(prefect_harness) -> dict[str, str]:
     return {"PREFECT_API_URL": str(PREFECT_API_URL.value())}
 
 
+@pytest.mark.slow
 def test_an_imported_file_evaluates_mines_collects_builds_a_dataset_and_trains_a_step(
     imported, prefect_api, tmp_path
 ) -> None:

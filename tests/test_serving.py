@@ -273,6 +273,7 @@ def test_a_server_killed_mid_run_makes_infra_errors_and_one_error_after_the_step
             servers.check()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_cycle_with_launched_servers_gives_the_pass_rates_of_an_inprocess_cycle_and_leaves_no_server(
     tmp_path,

@@ -156,6 +156,7 @@ def test_a_levels_clock_does_not_count_the_time_it_waits_behind_other_work() -> 
     assert own > 0.6 * wall and wall > 1, (own, wall)
 
 
+@pytest.mark.slow
 def test_reference_answers_that_fail_their_own_scorer_are_never_submitted_by_the_oracle(store) -> None:
     _, b, notes = imported(store, "jugs", {"curriculum_levels": [0, 1, 2]}, cross_process=False)
     assert any(n.startswith("level 3: the source's reference answer fails its own scorer") for n in notes), notes

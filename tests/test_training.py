@@ -344,6 +344,7 @@ def test_sft_batches_sequences_of_similar_length_when_asked(tmp_path, grouped, s
     assert args.train_sampling_strategy == strategy
 
 
+@pytest.mark.slow
 def test_models_and_datasets_built_with_a_relative_workspace_are_found_from_another_folder(
     prefect_harness, tmp_path
 ) -> None:

@@ -28,6 +28,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.slow
 def test_a_launched_vllm_evaluates_a_tiny_checkpoint_and_is_stopped_afterwards(tmp_path) -> None:
     from campflow.flows.evaluate import evaluate
     from campflow.storage.store import Store
