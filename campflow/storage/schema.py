@@ -374,6 +374,27 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         )""",
         ],
     ),
+    (
+        11,
+        "from production: the serving proxy's calls and the judgements of its episodes",
+        [
+            # campflow.proxy.production (`campflow proxy serve`): the upstream's own time, apart from the proxy's
+            "ALTER TABLE proxy_calls ADD COLUMN upstream_latency_s DOUBLE",
+            "ALTER TABLE proxy_calls ADD COLUMN conversation VARCHAR",  # where the episode id came from: path, header, none
+            # campflow.proxy.judging: feedback, a reward function or an LLM judge; docs/from-production.md
+            """CREATE TABLE production_judgements (
+            judgement_id VARCHAR PRIMARY KEY,
+            episode_id VARCHAR NOT NULL,       -- the production episode (proxy_calls.episode_id)
+            source VARCHAR NOT NULL,           -- feedback, reward, judge
+            judge VARCHAR,                     -- the reward function's name or the judge's model
+            score DOUBLE NOT NULL,             -- 0 (failed) .. 1 (succeeded)
+            label VARCHAR,                     -- what went wrong, in a word or two (feedback's label, the judge's)
+            reason VARCHAR,                    -- why, in the judge's words
+            group_id VARCHAR,                  -- the judge's group of alike episodes, scored against each other
+            judged_at TIMESTAMP NOT NULL
+        )""",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -394,6 +415,19 @@ MODEL_FAILURES_SQL = sql_values(MODEL_FAILURES)
 RETRYABLE_SQL = sql_values(RETRYABLE)
 
 VIEWS: dict[str, str] = {
+    # campflow.proxy.production: each production episode's calls, and the proxy's own time apart from the upstream's
+    "production_episodes": """
+        SELECT episode_id, any_value(conversation) AS conversation, count(*) AS calls,
+               count(*) FILTER (WHERE status = 200) AS answered, min(started_at) AS first_call_at,
+               max(started_at) AS last_call_at, round(sum(upstream_latency_s), 4) AS upstream_s,
+               round(sum(latency_s - coalesce(upstream_latency_s, 0)), 4) AS proxy_s
+        FROM proxy_calls WHERE backend = 'upstream' GROUP BY episode_id""",
+    # The judgement that counts for each judged production episode: the application's feedback over a
+    # reward function over the LLM judge, and the latest of a source (campflow.proxy.judging).
+    "production_verdicts": """
+        SELECT * FROM production_judgements
+        QUALIFY row_number() OVER (PARTITION BY episode_id ORDER BY
+            CASE source WHEN 'feedback' THEN 0 WHEN 'reward' THEN 1 ELSE 2 END, judged_at DESC, judgement_id) = 1""",
     # Solved episodes with their suspicious-success flags (campflow.integrity.suspicion), one row each.
     "suspicious_successes": """
         SELECT e.run_id, e.episode_id, e.bootcamp, e.level, e.instance_id, e.model_id, e.reward, e.turns,
