@@ -520,6 +520,54 @@ class WatchConfig(Section):
 
     threshold: int = Field(50, ge=1, description="new model failures since the last training that start a cycle")
     interval_seconds: int = Field(3600, ge=1, description="how often `campflow serve` runs watch")
+    production_threshold: int | None = Field(
+        None, ge=1, description="judged production failures since the last training that start a cycle (None: off)"
+    )
+    production_cluster_threshold: int | None = Field(
+        None, ge=1, description="judged production failures of one cluster that start a cycle (None: off)"
+    )
+
+
+class RedactionConfig(Section):
+    """What the production proxy keeps out of every record (spool and store alike)."""
+
+    drop_system_prompts: bool = Field(False, description="record system messages without their content")
+    mask_patterns: list[str] = Field(
+        default_factory=list, description="regular expressions masked in every recorded string (emails, keys, ...)"
+    )
+    mask: str = Field("[redacted]", description="what a masked match is replaced by")
+
+
+class JudgeConfig(Section):
+    """The LLM judge of production episodes: a group of alike episodes scored against each other."""
+
+    model: str | None = Field(None, description="endpoint model name; required for `campflow proxy judge --llm`")
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the API key, if any")
+    rubric: str = Field(
+        "Score how well the assistant served the user: 1 for a request fully and correctly done, 0 for a wrong, "
+        "harmful or abandoned one; a clearly better episode scores higher than a worse one in the same group.",
+        description="what the judge scores against",
+    )
+    group_size: int = Field(8, ge=2, le=64, description="episodes judged together, each against the others")
+    timeout: float = Field(120.0, gt=0, description="seconds per request")
+    transcript_chars: int = Field(4000, ge=200, le=200_000, description="characters kept of each transcript")
+
+
+class ProductionConfig(Section):
+    """A deployed agent's traffic: `campflow proxy serve` in front of its endpoint, then judging."""
+
+    upstream: str | None = Field(None, description="the OpenAI-compatible base URL served, e.g. http://vllm:8000/v1")
+    host: str = Field("127.0.0.1", description="interface the proxy listens on")
+    port: int = Field(8400, ge=0, le=65535, description="port the proxy listens on (0: any free one)")
+    spool_dir: Path = Field(Path("campflow-data/spool"), description="the local append-only spool's folder")
+    upstream_timeout: float = Field(600.0, gt=0, description="seconds the proxy waits for the upstream")
+    feedback_key: str | None = Field(None, description="bearer key POST .../feedback must carry (None: any)")
+    redaction: RedactionConfig = Field(default_factory=RedactionConfig)
+    bootcamp: str = Field("production", description="the name production episodes are filed under")
+    fail_below: float = Field(0.5, ge=0, le=1, description="a judged score below this is a failure")
+    reward: str | None = Field(None, description="module:function or file.py:function scoring a transcript")
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
 
 
 class AuthorLLMConfig(Section):
@@ -655,6 +703,7 @@ class CampflowConfig(Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     improve: ImproveConfig = Field(default_factory=ImproveConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
+    production: ProductionConfig = Field(default_factory=ProductionConfig)
     author: AuthorConfig = Field(default_factory=AuthorConfig)
     integrity: IntegrityConfig = Field(default_factory=IntegrityConfig)
 
