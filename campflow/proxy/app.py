@@ -29,7 +29,15 @@ from typing import Any
 
 from aiohttp import web
 
-from campflow.proxy.backends import SAMPLING_FIELDS, Backend, ChatRequest, Generation, ProxyError, ServedCall
+from campflow.proxy.backends import (
+    CURRENT_EPISODE,
+    SAMPLING_FIELDS,
+    Backend,
+    ChatRequest,
+    Generation,
+    ProxyError,
+    ServedCall,
+)
 from campflow.proxy.records import CallLog, ProxyCall
 from campflow.serialization import from_json, to_json
 
@@ -190,6 +198,7 @@ class RecordingProxy:
             self._episode(request)
             assert episode is not None
             chat = self._parse(raw, call)
+            CURRENT_EPISODE.set(episode_id)  # this request's task only
             generation = await self.backend.generate(chat, episode.served)
         except ProxyError as exc:
             call.status, call.error_code, call.error_param, call.error = exc.status, exc.code, exc.param, exc.message

@@ -19,6 +19,7 @@ asked for is recorded beside them, never applied.
 
 from __future__ import annotations
 
+import contextvars
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,11 @@ SAMPLING_FIELDS = (
     "max_completion_tokens",
     "stop",
 )
+
+
+#: the episode whose call a backend is answering (set by the proxy around :meth:`Backend.generate`): a backend
+#: that answers per episode (the demonstrator, :mod:`campflow.proxy.teacher`) reads it
+CURRENT_EPISODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("campflow_proxy_episode", default=None)
 
 
 class ProxyError(CampflowError):

@@ -79,11 +79,16 @@ class LocalBackend(Backend):
             return {"temperature": self.temperature, "seed": self.seed, "max_tokens": self.max_new_tokens}
         return {"temperature": 0.0, "greedy": True, "max_tokens": self.max_new_tokens}
 
-    def _load(self) -> tuple[Any, Any]:
+    def loaded(self) -> tuple[Any, Any, Any]:
+        """The model, its tokenizer and the lock its generation runs under (loaded once per process)."""
         from campflow.agents.local import load_model
+
+        return load_model(self.path, self.hardware)
+
+    def _load(self) -> tuple[Any, Any]:
         from campflow.agents.templates import chat_format
 
-        model, tokenizer, _ = load_model(self.path, self.hardware)
+        model, tokenizer, _ = self.loaded()
         if self._format is None:
             self._format = chat_format(tokenizer.chat_template)
         return model, tokenizer
@@ -234,9 +239,7 @@ class LocalBackend(Backend):
         """Sampled ids (through the first stop token) and their logprobs, per prompt, generated together."""
         import torch
 
-        from campflow.agents.local import load_model
-
-        model, tokenizer, lock = load_model(self.path, self.hardware)
+        model, tokenizer, lock = self.loaded()
         pad = tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         inputs = {

@@ -170,6 +170,9 @@ class AgentRunner:
         if session.finished is not None:  # the episode could not be set up: nothing for the agent to play
             return self._recorded(session.finished, [], {})
         key = proxy.open_episode(episode_id)
+        watch = getattr(self.backend, "watch", None)  # a backend that answers per task (the demonstrator)
+        if watch is not None:
+            watch(episode_id, item.bootcamp, item.instance)
         task = site.episodes.task(session)
         prompt = _prompt_text(task["messages"])
         agent_task = AgentTask(
@@ -186,6 +189,9 @@ class AgentRunner:
         started = time.perf_counter()
         run = await _run_program(self.program, agent_task, finished, self.grace)
         proxy.close_episode(episode_id)
+        forget = getattr(self.backend, "forget", None)
+        if forget is not None:
+            forget(episode_id)
         calls = await asyncio.to_thread(_calls_since, self.store, episode_id, since)
         if session.finished is None:
             termination, reason = _ending(run, calls, self.settings.episode_timeout)
@@ -351,9 +357,12 @@ def agent_items(items: Sequence[Any]) -> list[AgentItem]:
 def proxy_backend(policy: Any) -> Backend:
     """The backend that serves ``policy`` (a :class:`~campflow.config.PolicyConfig`) behind the proxy.
 
+    A ``demonstrator`` policy with a ``model`` (a cycle's teacher for a user's agent) is the grounded
+    demonstrator answering in that model's tokens (:mod:`campflow.proxy.teacher`).
+
     Raises:
-        AgentProgramError: the policy is not a model (``oracle``, ``noisy``, ``demonstrator``), or an endpoint
-            without a base URL.
+        AgentProgramError: the policy is not a model (``oracle``, ``noisy``, a ``demonstrator`` without a model),
+            or an endpoint without a base URL.
     """
     from campflow.proxy.program import AgentProgramError
 
@@ -382,6 +391,10 @@ def proxy_backend(policy: Any) -> Backend:
             sampling={"temperature": policy.temperature, "max_tokens": policy.max_tokens},
             timeout=policy.timeout,
         )
+    if policy.kind == "demonstrator" and policy.model:  # the teacher, in the tokens of the model at policy.model
+        from campflow.proxy.teacher import DemonstratorBackend
+
+        return DemonstratorBackend(str(policy.model), device=policy.device, precision=policy.precision)
     raise AgentProgramError(
         f"--agent runs an agent program against a model; policy {policy.kind!r} is not one: "
         "expected --policy openai (with --base-url and --model) or --policy local"

@@ -1,5 +1,9 @@
 """Supervised fine-tuning on filtered trajectories with TRL's SFTTrainer (assistant-only loss).
 
+A dataset of a user's agent's episodes (:mod:`campflow.training.agent_data`) is pre-tokenized: its
+``input_ids`` are the ids the proxy recorded, and the loss is on those its ``completion_mask`` marks
+(TRL's ``completion_only_loss``), nothing rendered or tokenized again.
+
 Device and precision come from :func:`campflow.hardware.resolve_hardware` (the embedded default: the
 CPU in float32), adapters from :mod:`campflow.training.lora`, trackers from
 :mod:`campflow.training.tracking`; an explicit tokenizer and config, and progress reported through
@@ -196,9 +200,11 @@ def sft_arguments(
     report_to: Sequence[str] = (),
     run_name: str | None = None,
     save_steps: int | None = None,
+    tokenized: bool = False,
 ) -> Any:
     """TRL's ``SFTConfig`` as campflow trains with it: ``cfg``'s schedule, ``hardware``'s device and
-    precision, assistant-only loss, a resumable checkpoint every ``save_steps`` (None: a tenth of the
+    precision, assistant-only loss (``tokenized``: the loss on the ids a pre-tokenized dataset's
+    ``completion_mask`` marks), a resumable checkpoint every ``save_steps`` (None: a tenth of the
     steps; :mod:`campflow.training.resuming`), trackers ``report_to``."""
     from trl import SFTConfig
 
@@ -213,7 +219,8 @@ def sft_arguments(
         weight_decay=0.0,
         logging_steps=max(1, cfg.max_steps // 40),
         **saving_args(save_steps, cfg.max_steps),
-        assistant_only_loss=True,
+        assistant_only_loss=not tokenized,
+        completion_only_loss=tokenized,
         max_length=max_length,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         seed=cfg.seed,
@@ -272,8 +279,13 @@ def train_sft(
     vision = is_vision_model(parent.path)
     with MODEL_LOADING:  # a vision-language model trains through its processor (images and text)
         processing = load_processor(parent.path) if vision else AutoTokenizer.from_pretrained(parent.path)
-    check_sft_template(processing, parent.path)
     train = datasets.load_from_disk(store.stored_path(rows[0]["path"]))
+    # the ids a user's agent's episodes recorded (campflow.training.agent_data): trained as they are
+    tokenized = "input_ids" in train.column_names
+    if tokenized:
+        train = train.select_columns(["input_ids", "completion_mask"])
+    else:
+        check_sft_template(processing, parent.path)
     if "images" in train.column_names and not vision:
         raise CampflowError(
             f"dataset {dataset_id} holds images but {parent.model_id} reads text only; train a vision-language "
@@ -292,6 +304,7 @@ def train_sft(
             report_to=report_to,
             run_name=model_id,
             save_steps=save_steps,
+            tokenized=tokenized,
         )
         tuner = hardware.thread_tuner()
         extra = {}
