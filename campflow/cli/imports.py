@@ -1,4 +1,4 @@
-"""``campflow import reasoning-gym | gymnasium | function-calling | class | mcp`` and ``campflow imports``.
+"""``campflow import reasoning-gym | gymnasium | function-calling | class | mcp | verifiers`` and ``campflow imports``.
 
 Each import command is a thin call of :func:`campflow.storage.imports.import_bootcamp`:
 the bootcamp is built and smoke-tested, recorded in the workspace's store and from then on listed by
@@ -191,6 +191,61 @@ def import_mcp(
         f"{recorded.options['wrong_answer_bound']:g}"
     )
     console.print(f"try: campflow eval --bootcamps {recorded.name} --policy oracle -n 4", markup=False)
+
+
+@import_app.command("verifiers")
+def import_verifiers(
+    source: str = typer.Argument(
+        ..., help="an installed verifiers environment module, or a file.py with load_environment"
+    ),
+    name: str | None = NameOption,
+    kwargs: str = typer.Option("{}", "--kwargs", help="load_environment's keyword arguments as a JSON object"),
+    level_key: str | None = typer.Option(None, "--level-key", help="the rows' info key holding a level (1, 2, ...)"),
+    python: str | None = typer.Option(
+        None, "--python", help="the Python with verifiers installed (default: .venv-verifiers, `make verifiers`)"
+    ),
+    replace: bool = ReplaceOption,
+    config_file: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """A verifiers environment as a bootcamp: its rows, protocol and rubric, vetted (docs/importing-and-authoring.md)."""
+    import json
+
+    from campflow.errors import ImportSourceError
+    from campflow.sources import ImportSpec, default_name
+    from campflow.sources.verifiers_vetting import vet_environment
+    from campflow.storage.imports import check_name_free, import_bootcamp
+    from campflow.storage.workspace import Workspace
+
+    try:
+        arguments = json.loads(kwargs)
+    except ValueError as exc:
+        raise ImportSourceError(f"--kwargs {kwargs!r} is not JSON ({exc})") from None
+    if not isinstance(arguments, dict):
+        raise ImportSourceError(f"--kwargs {kwargs!r}: expected a JSON object of keyword arguments")
+    if source.endswith(".py"):  # a file path must survive a change of working directory
+        if not Path(source).is_file():
+            raise ImportSourceError(f"{source}: no such file")
+        source = str(Path(source).resolve())
+    cfg = config_with(config_file, db)
+    ws = Workspace.from_config(cfg)
+    ws.load_imports()
+    chosen = name or default_name("verifiers", source)
+    check_name_free(chosen, ws.store, replace=replace)  # refused before the environment starts
+    say = lambda note: console.print(f"note: {note}", markup=False)  # noqa: E731
+    options = vet_environment(source, arguments, python=python, level_key=level_key, say=say)
+    spec = ImportSpec(name=chosen, adapter="verifiers", source=source, options=options)
+    spec, bootcamp = import_bootcamp(
+        spec, ws.store, replace=replace, cross_process=False, say=say, hacker=cfg.integrity.hacker
+    )
+    described = options["description"]
+    tools = ", ".join(t.name for t in bootcamp.tools(bootcamp.generate(None, 0)))
+    console.print(
+        f"imported [bold]{spec.name}[/] (verifiers {described['class']}, {described['protocol']}): "
+        f"levels {','.join(str(lv) for lv in sorted(bootcamp.levels))}; tools {tools}; "
+        f"oracle {'the reference answer as ' + repr(options['answer_format']) if options['oracle'] else 'none'}"
+    )
+    console.print(f"try: campflow eval --bootcamps {spec.name} --policy oracle -n 4", markup=False)
 
 
 @app.command("imports")

@@ -16,6 +16,8 @@ adapter                 source                                  module
 ``mcp``                 an MCP server and a task file           :mod:`campflow.mcp.tasks`
 ``bootcamp``            your own file.py[:Class] (import        :mod:`~campflow.sources.authored`
                         bootcamp)
+``verifiers``           a verifiers environment (module or      :mod:`~campflow.sources.verifiers_env`
+                        file.py with load_environment)
 ======================  ======================================  ==============================================
 
 :func:`register_import` puts a spec in the registry (``origin="imported"``) by dotted path plus the
@@ -54,7 +56,9 @@ from campflow.bootcamps import registry
 from campflow.bootcamps.base import Bootcamp
 from campflow.errors import ImportSourceError
 
-AdapterName = Literal["reasoning-gym", "gymnasium", "function-calling", "internbootcamp", "authored", "mcp", "bootcamp"]
+AdapterName = Literal[
+    "reasoning-gym", "gymnasium", "function-calling", "internbootcamp", "authored", "mcp", "bootcamp", "verifiers"
+]
 
 #: adapter name -> "module:function" building a Bootcamp from an ImportSpec
 ADAPTERS: dict[str, str] = {
@@ -65,6 +69,7 @@ ADAPTERS: dict[str, str] = {
     "authored": "campflow.sources.authored:build",
     "mcp": "campflow.mcp.tasks:build",
     "bootcamp": "campflow.sources.authored:build_own",
+    "verifiers": "campflow.sources.verifiers_env:build",
 }
 
 #: name prefix of each adapter's default bootcamp names (``rg-basic_arithmetic``, ``gym-Taxi-v4``)
@@ -76,6 +81,7 @@ NAME_PREFIX: dict[str, str] = {
     "authored": "au",
     "mcp": "mcp",
     "bootcamp": "own",
+    "verifiers": "vf",
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")

@@ -1,0 +1,391 @@
+"""A verifiers environment as a bootcamp (``campflow import verifiers MODULE_OR_PATH``).
+
+A verifiers environment (``load_environment(**kwargs)`` returning a ``vf.Environment``) is a dataset of
+rows (prompt messages, ``answer``, ``info``), an interaction protocol and a rubric. It runs in a process
+of its own (:mod:`campflow.sources.verifiers_process`); campflow's engine plays its episodes:
+
+- **instances**: one per dataset row. A train-range seed picks a row of the train rows of its level, an
+  eval-range seed one of the eval rows: the environment's ``eval_dataset`` where it has one, else the
+  fifth of ``dataset`` whose prompt hashes there (never both), so no eval row is trained on. Levels come
+  from an ``info`` key (``--level-key``), else all rows are level 1.
+- **tools**: the environment's own (name, description, JSON schema as it declares them), run by the
+  environment (``ToolEnv``, ``StatefulToolEnv`` with its ``update_tool_args``, ``MCPEnv``), plus
+  ``submit(answer)``, the final tool: its answer is the model's final reply in verifiers' terms (the
+  turn without tool calls that ends a tool rollout, the one reply of a ``SingleTurnEnv``). The prompt's
+  system message says so. Custom ``env_response`` protocols are not played yet: the import refuses them.
+- **reward**: the rubric's weighted sum on the rollout (the completion as verifiers renders it, its state),
+  divided by the sum of the positive weights, so the most the rubric gives is 1; success is full reward
+  after ``submit``. Every reward function's value is kept in the score's details (``metrics``).
+- **oracle**: the row's ``answer`` written as the environment's parser reads it (the import finds the
+  format), where that reply alone earns full reward; an environment whose reward needs the tools' work
+  (the reference answer alone scores less) has no oracle: teachers are endpoints and the model's passes.
+
+:mod:`campflow.sources.verifiers_vetting` says what the import checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from campflow.bootcamps.base import (
+    Action,
+    Bootcamp,
+    Instance,
+    Observation,
+    Params,
+    Score,
+    State,
+    Tool,
+    ToolArgs,
+    instance_id,
+    tool,
+)
+from campflow.bootcamps.served import ServedTools
+from campflow.bootcamps.splits import is_eval_seed
+from campflow.errors import ImportSourceError, InvalidParamsError, ToolServerError
+from campflow.sources import ImportSpec
+from campflow.sources.verifiers_process import EnvironmentProcess, shared_process
+
+ADAPTER_REVISION = "1"
+FINISH = "submit"
+FULL = 1.0 - 1e-9
+#: the options an import records (set by the vetting, read by :func:`build`)
+OPTIONS = ("kwargs", "python", "level_key", "description", "answer_format", "oracle", "dropped")
+SUBMIT_NOTE = (
+    "When you are done, call `submit` with your final reply, written exactly as the task asks for it "
+    "(this ends the episode)."
+)
+
+
+class VfParams(Params):
+    """Which row an instance is: a level, and optionally a row of it (else the seed picks one)."""
+
+    row: int | None = Field(None, ge=0, description="the row's position among its level's rows; None: the seed picks")
+
+
+class SubmitArgs(ToolArgs):
+    """Arguments of ``submit``: the final reply as text."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+    answer: str = Field(description="your final reply, written exactly as the task asks for it")
+
+
+@dataclass
+class VfState(State):
+    """One rollout in the environment's process.
+
+    Attributes:
+        rollout: the rollout's id there (None once it is scored or closed).
+        reward: the rubric's weighted sum, once scored; ``metrics`` each reward function's value.
+        ended: the environment ended the rollout itself (its own turn budget, a final response).
+    """
+
+    rollout: str | None = None
+    reward: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    ended: bool = False
+    calls: int = 0
+
+
+@dataclass(frozen=True)
+class Row:
+    """One dataset row: where it lies in the environment (``split``, ``index``) and what it holds."""
+
+    split: str
+    index: int
+    prompt: list[dict[str, Any]]
+    answer: str | None
+    info: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        """A hash of the prompt: the row's identity across processes and splits."""
+        return hashlib.sha256(json.dumps(self.prompt, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def rows_of(description: dict[str, Any]) -> tuple[list[Row], list[Row]]:
+    """(train rows, eval rows) of a ``describe`` answer: ``eval_dataset`` where there is one, else the
+    rows of ``dataset`` whose prompt hash falls in the held-out fifth; a train row that repeats an eval
+    prompt is dropped."""
+
+    def row(split: str, i: int, raw: dict[str, Any]) -> Row:
+        answer = raw.get("answer")
+        return Row(
+            split, i, list(raw.get("prompt") or []), None if answer is None else str(answer), raw.get("info") or {}
+        )
+
+    train = [row("train", i, r) for i, r in enumerate(description.get("rows") or [])]
+    evaluation = [row("eval", i, r) for i, r in enumerate(description.get("eval_rows") or [])]
+    if not evaluation:
+        held = [r for r in train if int(r.key, 16) % 5 == 0] or train[-1:]
+        if len(held) == len(train) and len(train) > 1:
+            held = held[-1:]
+        evaluation = held
+    eval_keys = {r.key for r in evaluation}
+    return [r for r in train if r.key not in eval_keys], evaluation
+
+
+class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfState]):
+    """A verifiers environment's rows, played through its own protocol and rubric (see the module docstring)."""
+
+    params_model = VfParams
+    state_model = VfState
+
+    def __init__(self, spec: ImportSpec, description: dict[str, Any], levels_of: dict[str, int]) -> None:
+        options = spec.options
+        self.source = spec.source
+        self.kwargs: dict[str, Any] = options.get("kwargs") or {}
+        self.python: str | None = options.get("python")
+        self.description = description
+        self.answer_format: str = options.get("answer_format") or "{answer}"
+        self.has_oracle = bool(options.get("oracle"))
+        weights = [f["weight"] for f in description.get("reward_functions") or []]
+        self.full_reward = sum(w for w in weights if w > 0) or 1.0
+        dropped = set(options.get("dropped") or [])
+        train, evaluation = rows_of(description)
+        self.rows: dict[tuple[str, int], list[Row]] = {}
+        for r in [*train, *evaluation]:
+            if f"{r.split}:{r.index}" not in dropped:
+                self.rows.setdefault((r.split, levels_of.get(r.key, 1)), []).append(r)
+        self._tool_list = (*env_tools(description.get("tools") or []), self._tools[FINISH])
+
+    # -- instances ---------------------------------------------------------------------------------
+
+    def generate(self, params: VfParams | Any, seed: int) -> Instance[VfParams]:
+        """The row the seed picks among its level's rows of the seed's split (eval range: eval rows).
+
+        Overrides :meth:`Bootcamp.generate` because the split follows the seed, which ``build`` is not given.
+        """
+        p = self.params(params)
+        iid = instance_id(self.name, self.version, p, seed)
+        split = "eval" if is_eval_seed(seed) else "train"
+        rows = self.rows.get((split, p.level)) or []
+        if not rows:
+            raise InvalidParamsError(f"{self.name}: level {p.level} has no {split} rows")
+        if p.row is not None:
+            if p.row >= len(rows):
+                raise InvalidParamsError(
+                    f"{self.name}: row {p.row} of level {p.level}; it has {len(rows)} {split} rows"
+                )
+            chosen = rows[p.row]
+        else:
+            chosen = random.Random(iid).choice(rows)
+        data = {
+            "split": chosen.split,
+            "index": chosen.index,
+            "prompt": chosen.prompt,
+            "answer": chosen.answer,
+            "info": chosen.info,
+        }
+        return Instance(id=iid, bootcamp=self.name, version=self.version, params=p, seed=seed, data=data)
+
+    def prompt(self, instance: Instance[VfParams]) -> list[dict[str, Any]]:
+        """The row's prompt as the environment wrote it, the submit instruction added to its system message."""
+        messages = [dict(m) for m in instance.data["prompt"]]
+        if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+            messages[0]["content"] = f"{messages[0]['content']}\n\n{SUBMIT_NOTE}"
+        else:
+            messages.insert(0, {"role": "system", "content": SUBMIT_NOTE})
+        return messages
+
+    # -- tools: the environment's, run in its process -----------------------------------------------
+
+    def tools(self, instance: Instance[VfParams]) -> tuple[Tool, ...]:
+        return self._tool_list
+
+    def process(self) -> EnvironmentProcess:
+        """This campflow process's environment process (started on first use)."""
+        return shared_process(self.source, self.kwargs, self.python)
+
+    @asynccontextmanager
+    async def episode(self, instance: Instance[VfParams]) -> AsyncIterator[VfState]:
+        process = self.process()
+        opened = await process.arequest("open", split=instance.data["split"], index=instance.data["index"])
+        state = VfState(rollout=opened["rollout"])
+        try:
+            yield state
+        finally:
+            if state.rollout is not None and process.alive:
+                try:
+                    await process.arequest("close", rollout=state.rollout)
+                except ToolServerError:
+                    pass  # the rollout is dropped with the process
+            state.rollout = None
+
+    async def call_served(self, instance: Instance[VfParams], state: VfState, name: str, args: ToolArgs) -> Observation:
+        if name == FINISH:
+            return self.submit(instance, state, args)  # type: ignore[arg-type]
+        if state.rollout is None:
+            raise ToolServerError(f"{self.name}: the rollout is not open")
+        state.calls += 1
+        arguments = args.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"call_{state.calls}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+            ],
+        }
+        answered = await self.process().arequest("step", rollout=state.rollout, message=message)
+        state.ended = state.ended or bool(answered["done"])
+        text = "\n".join(_text(m.get("content")) for m in answered["messages"]) or "(no output)"
+        if state.ended:
+            text += "\n(The environment has ended the episode; call submit.)"
+        return Observation(text)
+
+    async def conclude(self, instance: Instance[VfParams], state: VfState) -> None:
+        """The rubric on the rollout: the submitted reply as its last turn (none where nothing was submitted)."""
+        if state.rollout is None:
+            raise ToolServerError(f"{self.name}: the rollout is not open")
+        answer = state.answer if state.finished else None
+        scored = await self.process().arequest("finish", rollout=state.rollout, answer=answer)
+        state.rollout = None
+        state.reward, state.metrics = float(scored["reward"]), dict(scored["metrics"])
+
+    @tool(final=True)
+    def submit(self, instance: Instance[VfParams], state: VfState, args: SubmitArgs) -> Observation:
+        """Submit your final reply. This ends the episode."""
+        state.answer = args.answer
+        return Observation("Submitted.", final=True)
+
+    # -- interaction, reward, oracle ---------------------------------------------------------------
+
+    def max_turns(self, instance: Instance[VfParams]) -> int:
+        """The environment's turn budget and one turn to submit (a single-turn environment: room for one
+        malformed call)."""
+        budget = int(self.description.get("max_turns") or -1)
+        if self.description.get("protocol") == "single_turn" or budget <= 1:
+            return 3
+        return budget + 1
+
+    def score(self, instance: Instance[VfParams], state: VfState, transcript: Any) -> Score:
+        if state.reward is None:
+            return Score(0.0, False, {"reason": "not_scored"})
+        reward = min(1.0, max(0.0, state.reward / self.full_reward))
+        success = reward >= FULL and state.finished
+        details: dict[str, Any] = {"rubric": state.reward, "metrics": state.metrics}
+        if not success:
+            details["reason"] = "not_submitted" if not state.finished else ("partial" if reward > 0 else "mismatch")
+        return Score(1.0 if reward >= FULL else reward, success, details)
+
+    def oracle(self, instance: Instance[VfParams], state: VfState) -> Action:
+        """The row's answer as a reply the environment's parser reads (where that alone earns full reward)."""
+        if not self.has_oracle or instance.data["answer"] is None:
+            raise ImportSourceError(
+                f"{self.name}: the rubric gives the reference answer alone less than full reward, so instance "
+                f"{instance.id} has no oracle (its reward needs the tools' work)"
+            )
+        return Action(FINISH, {"answer": self.answer_format.replace("{answer}", instance.data["answer"])})
+
+    def wrong_answer(self, instance: Instance[VfParams], state: VfState, rng: random.Random) -> Action | None:
+        return Action(FINISH, {"answer": ""})
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["tools"] = [
+            {
+                "name": t.name,
+                "final": t.final,
+                "description": t.description,
+                "parameters": t.schema()["function"]["parameters"],
+            }
+            for t in self._tool_list
+        ]
+        return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def env_tools(defs: Sequence[dict[str, Any]]) -> tuple[Tool, ...]:
+    """The environment's tool definitions as campflow tools, their schemas shown to the model verbatim."""
+    from campflow.mcp.bootcamp import server_tools
+
+    clashing = [d["name"] for d in defs if d["name"] == FINISH]
+    if clashing:
+        raise ImportSourceError(
+            f"the environment has a tool named {FINISH!r}, the name of the tool that ends an episode"
+        )
+    return server_tools(
+        [
+            {"name": d["name"], "description": d.get("description") or "", "input_schema": d.get("parameters") or {}}
+            for d in defs
+        ]
+    )
+
+
+def levels_by_row(description: dict[str, Any], level_key: str | None) -> dict[str, int]:
+    """Row key -> level: the ``info`` value under ``level_key`` (whole numbers from 1), else all level 1.
+
+    Raises:
+        ImportSourceError: a row lacks the key or holds no whole number >= 1 there.
+    """
+    if not level_key:
+        return {}
+    train, evaluation = rows_of(description)
+    out = {}
+    for r in [*train, *evaluation]:
+        value = r.info.get(level_key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ImportSourceError(
+                f"--level-key {level_key}: {r.split} row {r.index} has info[{level_key!r}] = {value!r}; expected a whole number >= 1"
+            )
+        out[r.key] = value
+    return out
+
+
+def build(spec: ImportSpec) -> VerifiersBootcamp:
+    """The bootcamp a ``verifiers`` import spec describes (its ``description`` recorded by the import)."""
+    options = dict(spec.options)
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ImportSourceError(f"verifiers import {spec.name!r}: unknown options {unknown}")
+    description = options.get("description")
+    if not isinstance(description, dict):
+        raise ImportSourceError(f"verifiers import {spec.name!r}: no description of the environment on record")
+    levels_of = levels_by_row(description, options.get("level_key"))
+    digest = hashlib.sha256(
+        json.dumps(
+            [spec.source, options.get("kwargs") or {}, description, options.get("dropped") or []], sort_keys=True
+        ).encode()
+    ).hexdigest()[:12]
+    train, evaluation = rows_of(description)
+    levels = sorted({levels_of.get(r.key, 1) for r in train}) or [1]
+    doc = (
+        "Solve the task the way it asks, using the tools where it offers them; then call `submit` with your final reply.\n\n"
+        f"{SUBMIT_NOTE}\n\n"
+        f"Imported from the verifiers environment {spec.source} ({description.get('class')}, "
+        f"{description.get('protocol')}; {len(train)} train and {len(evaluation)} eval rows); reward is its rubric's "
+        "weighted sum over the positive weights (see campflow.sources.verifiers_env)."
+    )
+    cls = type(
+        "VerifiersEnv",
+        (VerifiersBootcamp,),
+        {
+            "__doc__": doc,
+            "__module__": __name__,
+            "name": spec.name,
+            "version": f"vf{ADAPTER_REVISION}-{digest}",
+            "levels": {lv: VfParams(level=lv) for lv in levels},
+            "system_prompt": SUBMIT_NOTE,
+        },
+    )
+    return cls(spec, description, levels_of)
