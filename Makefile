@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: install run test test-variations lint format bench lowest-versions vllm mcp-servers clean
+.PHONY: install run test test-variations lint format bench lowest-versions vllm mcp-servers verifiers clean
 
 # Torch goes in first and pinned: the CPU wheel lies on this disk, while a looser
 # requirement pulled in by another package would fetch a multi-GB CUDA build.
@@ -100,6 +100,21 @@ $(MCP_NPM_STAMP):
 	touch $(MCP_NPM_STAMP)
 
 mcp-servers: $(MCP_SQLITE_STAMP) $(MCP_GIT_STAMP) $(MCP_NPM_STAMP)
+
+# verifiers (Prime Intellect's environments: `campflow import verifiers`, `campflow export --format verifiers`) in
+# an environment of its own: it pins an openai and an mcp campflow's cannot share (0.3.1: mcp<2). 0.3.1 is the last
+# release whose classic API (SingleTurnEnv, ToolEnv, StatefulToolEnv, Rubric, vf-eval) the Environments Hub's
+# environments are written against; 0.4.0 has only the new verifiers.v1 stack.
+VERIFIERS_VENV  := .venv-verifiers
+VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed
+
+$(VERIFIERS_STAMP):
+	test -x $(VERIFIERS_VENV)/bin/python || $(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VERIFIERS_VENV)/bin/python -m pip install -q 'verifiers==0.3.1'
+	touch $(VERIFIERS_STAMP)
+
+verifiers: $(VERIFIERS_STAMP)
 
 clean:
 	rm -rf $(VENV) campflow-data reports
