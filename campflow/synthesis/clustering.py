@@ -5,7 +5,9 @@ last tool, the words of its signature's error), and its params and turns (numeri
 over the bootcamp's failures and rounded to 1/20 of their range, other knobs one-hot). Failures with
 the same vector are one weighted *profile*, so 100,000 failures cost what their distinct profiles cost.
 k-means runs for every k up to ``max_clusters`` on a weighted sample of profiles, and the silhouette of
-the failures (profiles weighted by count) picks k. Each cluster is labelled by its dominant category and
+the failures (profiles weighted by count) picks k. The text names the divergence too (its kind and the tool
+called there, :mod:`campflow.synthesis.divergence`), and a cluster's traits carry what its divergences
+share. Each cluster is labelled by its dominant category (the divergence's kind, where one was found) and
 its traits (:mod:`campflow.synthesis.traits`), and clusters that would read alike by what separates them
 (:mod:`campflow.synthesis.labels`); the failures nearest its centre are its exemplars."""
 
@@ -182,11 +184,41 @@ def _profiles(failures: Sequence[Failure], knobs: Sequence[Knob]) -> tuple[list[
             f"cat={f.category}",
             f"term={f.category.split(':')[0]}",
             f"tool={f.features.get('last_tool') or ''}",
+            *_divergence_tokens(f),
             *sorted({f"w={w}" for w in re.findall(r"[a-z_]{3,}", error.lower())}),
         )
         profile = _Profile(text, tuple(k.token(params.get(k.name, k.default)) for k in other), tuple(numbers))
         profile_of.append(index.setdefault(profile, len(index)))
     return profile_of, list(index)
+
+
+def _divergence_tokens(failure: Failure) -> tuple[str, ...]:
+    """The divergence's kind and the tool the model called there (its text block; none when not found)."""
+    d = failure.features.get("divergence") or {}
+    if not d.get("kind"):
+        return ()
+    return (f"div={d['kind']}", f"dtool={d.get('model_tool') or ''}")
+
+
+def divergence_trait(failures: Sequence[Failure]) -> dict[str, Any] | None:
+    """What a cluster's divergences share: the commonest kind, its share of the cluster, the median turn,
+    and the calls (the model's and the oracle's) of the member nearest the centre that has it; None when
+    no member has a divergence."""
+    found = [(f, f.features.get("divergence") or {}) for f in failures]
+    found = [(f, d) for f, d in found if d.get("kind")]
+    if not found:
+        return None
+    kind, n = Counter(d["kind"] for _, d in found).most_common(1)[0]
+    first, d = next((f, d) for f, d in found if d["kind"] == kind)
+    turns = sorted(d2["turn"] for _, d2 in found if d2["kind"] == kind and d2.get("turn") is not None)
+    return {
+        "kind": kind,
+        "share": round(n / len(failures), 4),
+        "turn": turns[(len(turns) - 1) // 2] if turns else None,
+        "episode_id": first.episode_id,
+        "model": {"tool": d.get("model_tool"), "arguments": d.get("model_arguments")},
+        "oracle": {"tool": d.get("oracle_tool"), "arguments": d.get("oracle_arguments")},
+    }
 
 
 def _matrix(profiles: Sequence[_Profile], weights: Sequence[int]) -> Any:
@@ -309,6 +341,7 @@ def _describe(
             "knobs": [t.as_dict() for t in traits],
             "dominant": traits[0].as_dict() if traits else None,
             "mean_turns": round(sum(turns) / len(turns), 2),
+            "divergence": divergence_trait(ranked),
         },
         exemplar_episode_ids=picked,
         episode_ids=ids,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -295,6 +296,16 @@ def _kind(
         own = None
     if own:
         return own
+    generic = _generic_kind(bootcamp, instance, after, model, expected, left)
+    if generic in ("invalid_call", "extra_step") or type(bootcamp).divergence_kind is not Bootcamp.divergence_kind:
+        return generic
+    said = _reward_reason(after, left)  # a bootcamp without its own kinds: its reward says what the call cost
+    return f"{generic}:{said}" if said else generic
+
+
+def _generic_kind(
+    bootcamp: Bootcamp, instance: Instance, after: _Replay, model: Action, expected: Action, left: int
+) -> str:
     model_final, oracle_final = bootcamp.is_final(model.name), bootcamp.is_final(expected.name)
     if model_final and not oracle_final:
         return "early_submit"
@@ -307,3 +318,27 @@ def _kind(
         fields = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         return f"argument:{fields[0]}" if fields else "extra_step"
     return "extra_step" if _oracle_steps(after, left + 1) is not None else "wrong_tool"
+
+
+UNINFORMATIVE_REASONS = frozenset({"", "unfinished", "no_answer", "no_submit", "not_submitted"})
+
+
+def _reward_reason(after: _Replay, left: int) -> str | None:
+    """The reward's own ``reason`` for the best the oracle could still make of the world after the diverging
+    call (the world as it is when the call ended the episode): ``collateral``, ``wrong_category``,
+    ``out_of_guesses``. None where the reward names nothing beyond an unfinished episode."""
+    b, inst = after.bootcamp, after.instance
+    trial = after.fork()
+    for _ in range(max(left, 0)):
+        if trial.state.finished:
+            break
+        try:
+            b.apply(inst, trial.state, b.oracle(inst, trial.state))
+        except Exception:  # the oracle refused by the world the model made: score what there is
+            break
+    try:
+        reason = b.score(inst, trial.state, ()).details.get("reason")
+    except Exception:
+        return None
+    text = re.sub(r"[^a-z0-9]+", "_", str(reason or "").lower()).strip("_")[:40]
+    return None if text in UNINFORMATIVE_REASONS else text

@@ -3,8 +3,9 @@
 A label starts as the cluster's dominant category and traits (:mod:`campflow.synthesis.clustering`). Two
 clusters can still read alike (``format_error:no_tool_call (100%)`` twice, one at level 1, one at level 3):
 then each gets the trait that separates it from the others with the same label, tried in this order: the
-level, a param, the turn at which it failed, the last tool it called. Where nothing tells them apart,
-they are numbered.
+level, a param, the turn at which it left the oracle's path, the turn at which it failed, the call it made
+there, the last tool it called. Where nothing tells them apart, they are numbered, and so is any label
+that still meets another's: one bootcamp's clusters never share a label.
 """
 
 from __future__ import annotations
@@ -39,13 +40,33 @@ def separate_labels(groups: Sequence[tuple[Any, Sequence[Failure]]], knobs: Sequ
                 suffix = " · ".join(p for p in (text, f"{numbered[text]} of {counts[text]}") if p)
             cluster.label = f"{label} · {suffix}"
             cluster.traits["separated_by"] = suffix
+    _number_repeats([cluster for cluster, _ in groups])
+
+
+def _number_repeats(clusters: Sequence[Any]) -> None:
+    """A label that still reads like another's (a separated one meeting a base one) gets a number."""
+    seen: dict[str, int] = defaultdict(int)
+    for cluster in clusters:
+        seen[cluster.label] += 1
+    taken = set(seen)
+    at: dict[str, int] = defaultdict(int)
+    for cluster in clusters:
+        if seen[cluster.label] < 2:
+            continue
+        base = cluster.label
+        at[base] += 1
+        label = f"{base} · {at[base]} of {seen[base]}"
+        while label in taken:
+            label += "'"
+        taken.add(label)
+        cluster.label = label
 
 
 def _separating(members: Sequence[Sequence[Failure]], knobs: Sequence[Knob]) -> list[str]:
     """Per group of failures, the text of the first trait that separates every group (or most of them)."""
     describers: list[Callable[[Sequence[Failure]], str]] = [_levels]
     describers += [lambda fs, k=k: _knob_values(fs, k) for k in knobs if k.name != "level"]
-    describers += [_turns, _last_tool]
+    describers += [_diverged_at, _turns, _diverging_call, _last_tool]
     best: list[str] = [""] * len(members)
     best_distinct = 1
     for describe in describers:
@@ -87,6 +108,21 @@ def _turns(failures: Sequence[Failure]) -> str:
     if not turns:
         return ""
     return f"failed at turn {statistics.median_low(turns)}"
+
+
+def _diverged_at(failures: Sequence[Failure]) -> str:
+    turns = [(f.features.get("divergence") or {}).get("turn") for f in failures]
+    turns = [t for t in turns if t is not None]
+    return f"diverged at turn {statistics.median_low(turns)}" if turns else ""
+
+
+def _diverging_call(failures: Sequence[Failure]) -> str:
+    pairs = [f.features.get("divergence") or {} for f in failures]
+    pairs = [(d.get("model_tool") or "no call", d.get("oracle_tool")) for d in pairs if d.get("kind")]
+    if not pairs:
+        return ""
+    mine, theirs = statistics.mode(pairs)
+    return f"{mine} where the oracle called {theirs}" if theirs else mine
 
 
 def _last_tool(failures: Sequence[Failure]) -> str:

@@ -3,13 +3,18 @@
 Only model failures are mined (:data:`~campflow.rollout.episode.MODEL_FAILURES`); ``infra_error`` and
 ``timeout`` episodes say nothing about the model and are never learned from. For each failure:
 
-- the **category** is the termination plus its reason: the reward layer's ``details.reason`` for
-  ``wrong_answer`` and ``max_turns`` (``wrong_answer:carry``), the parser's ``error_kind`` of the last
-  invalid call for ``invalid_tool_call`` (``invalid_tool_call:missing_argument``), what was wrong with
-  the reply for ``format_error`` (``format_error:no_tool_call``);
-- the **signature** is the category, the last tool called and the last error text with numbers and
-  quoted names blanked, so failures that look alike share it;
-- the **features** are the instance's params, level, turns, call counts, reward, last tool and error.
+- the **category** is the termination plus what went wrong. Where the run's ``divergences`` name the
+  step that left the oracle's path (:mod:`campflow.synthesis.divergence`, recorded first by
+  :func:`~campflow.synthesis.pipeline.analyze_run`), that is its kind (``wrong_answer:operator_flipped``,
+  ``wrong_answer:argument:path:collateral``), or ``max_turns:path_right_budget_spent`` where the path
+  was right; otherwise the reward layer's ``details.reason`` for ``wrong_answer`` and ``max_turns``
+  (``wrong_answer:carry``), the parser's ``error_kind`` of the last invalid call for
+  ``invalid_tool_call`` (``invalid_tool_call:missing_argument``), what was wrong with the reply for
+  ``format_error`` (``format_error:no_tool_call``);
+- the **signature** is the category, the tool called where the episode diverged (else the last one)
+  and the ending error text with numbers and quoted names blanked, so failures that look alike share it;
+- the **features** are the instance's params, level, turns, call counts, reward, last tool and error,
+  and the divergence (kind, turn, both calls).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from campflow.rollout.episode import MODEL_FAILURES, Termination
 from campflow.rollout.parsing import TOOL_CALL_OPEN, parse_turn
 from campflow.serialization import to_json
 from campflow.storage.store import Store
+from campflow.synthesis.divergence import PATH_RIGHT_BUDGET_SPENT
 
 FAILURE_TERMINATIONS = tuple(sorted(t.value for t in MODEL_FAILURES))
 _MAX_ERROR_CHARS = 300
@@ -42,8 +48,12 @@ _FAILURE_ROWS_SQL = f"""
                        lambda x: starts_with(x, 'Error:'))[-1] AS last_error,
            list_filter(json_extract(e.transcript, '$[*]'), lambda m: m->>'role' = 'assistant')[-1]
                AS last_assistant,
-           i.params, i.seed
+           i.params, i.seed,
+           d.kind AS divergence_kind, d.turn AS divergence_turn, d.reason AS divergence_reason,
+           d.model_tool AS divergence_model_tool, d.model_arguments AS divergence_model_arguments,
+           d.oracle_tool AS divergence_oracle_tool, d.oracle_arguments AS divergence_oracle_arguments
     FROM episodes e LEFT JOIN instances i USING (instance_id)
+         LEFT JOIN divergences d ON d.run_id = e.run_id AND d.episode_id = e.episode_id
     WHERE e.run_id = ? AND e.termination IN ({", ".join(f"'{t}'" for t in FAILURE_TERMINATIONS)})
 """
 
@@ -113,12 +123,16 @@ def mine_rows(rows: Iterable[Mapping[str, Any]]) -> list[Failure]:
             last_assistant,
             lambda: tools.get(r["bootcamp"], r["instance_id"], params, r.get("seed")),  # noqa: B023 -- called in this iteration
         )
+        divergence = _divergence(r)
+        reason = divergence_reason(divergence) or reason
         category = f"{termination.value}:{reason}" if reason else termination.value
         last_tool = _last_tool(last_assistant)
         last_error = _error_text(r.get("last_error"))
         # An earlier, recovered-from error says little about why a wrong answer was wrong, so only
         # episodes that ended on an error carry it (the engine's own message) in their signature.
         ending = _error_text(r.get("error")) if termination in _ERROR_ENDS else ""
+        # Where the episode left the oracle's path, the tool it called there signs it, not the last one.
+        signed_tool = slug(divergence["model_tool"] or "") if divergence and divergence.get("kind") else last_tool
         out.append(
             Failure(
                 episode_id=r["episode_id"],
@@ -126,7 +140,7 @@ def mine_rows(rows: Iterable[Mapping[str, Any]]) -> list[Failure]:
                 bootcamp=r["bootcamp"],
                 instance_id=r["instance_id"],
                 category=category,
-                signature=signature(category, last_tool, ending),
+                signature=signature(category, signed_tool, ending),
                 features={
                     "params": params if isinstance(params, dict) else {},
                     "level": r.get("level"),
@@ -138,6 +152,7 @@ def mine_rows(rows: Iterable[Mapping[str, Any]]) -> list[Failure]:
                     "reason": reason,
                     "last_tool": last_tool,
                     "last_error": last_error,
+                    "divergence": divergence,
                 },
             )
         )
@@ -145,6 +160,38 @@ def mine_rows(rows: Iterable[Mapping[str, Any]]) -> list[Failure]:
 
 
 _ERROR_ENDS = (Termination.INVALID_TOOL_CALL, Termination.FORMAT_ERROR, Termination.CONTEXT_OVERFLOW)
+
+# Divergence kinds that only restate what the parser's error kind says more precisely.
+_PARSER_KINDS = frozenset({"invalid_call", "no_call"})
+BUDGET_SPENT = "path_right_budget_spent"
+
+
+def _divergence(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The failure's row of ``divergences`` as a feature (None where none was recorded)."""
+    if row.get("divergence_kind") is None and row.get("divergence_reason") is None:
+        return None
+    return {
+        "kind": row.get("divergence_kind"),
+        "turn": row.get("divergence_turn"),
+        "model_tool": row.get("divergence_model_tool"),
+        "model_arguments": _json(row.get("divergence_model_arguments")),
+        "oracle_tool": row.get("divergence_oracle_tool"),
+        "oracle_arguments": _json(row.get("divergence_oracle_arguments")),
+        "reason": row.get("divergence_reason"),
+    }
+
+
+def divergence_reason(divergence: Mapping[str, Any] | None) -> str | None:
+    """The part of the category the divergence names: its kind (``operator_flipped``,
+    ``argument:path:collateral``), or ``path_right_budget_spent`` where the path was right and the turns ran
+    out; None where it says nothing the termination's own reason does not (no divergence recorded, an
+    invalid call or a turn without one, which the parser names more precisely)."""
+    if not divergence:
+        return None
+    kind = divergence.get("kind")
+    if kind:
+        return None if kind in _PARSER_KINDS else str(kind).replace("|", "_")
+    return BUDGET_SPENT if divergence.get("reason") == PATH_RIGHT_BUDGET_SPENT else None
 
 
 def failure_reason(

@@ -80,8 +80,9 @@ def analyze_run(
     )
     mining = None
     if refresh or failed != clustered:
+        # where each failure left every correct path (`divergence_summary`); mining names categories by it
+        record_divergences(store, run_id)
         mining = mine_failures(store, run_id, bootcamps)
-        record_divergences(store, run_id)  # where each failure left every correct path: `divergence_summary`
         cluster_failures(
             store, run_id, max_clusters=cfg.max_clusters, exemplars=cfg.exemplars, seed=cfg.seed, bootcamps=bootcamps
         )
