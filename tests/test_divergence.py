@@ -21,6 +21,7 @@ from campflow.sources import ImportSpec, build_bootcamp
 from campflow.storage.store import Store
 from campflow.synthesis.divergence import PATH_RIGHT_BUDGET_SPENT, find_divergence
 from campflow.synthesis.divergence_records import record_divergences
+from campflow.synthesis.pipeline import analyze_run
 
 REFINED = {"operator_flipped", "distractor_number", "step_skipped", "wall", "revisit", "away_from_goal"}
 GENERIC = {"no_call", "invalid_call", "early_submit", "no_submit", "extra_step", "wrong_tool"}
@@ -68,7 +69,8 @@ def test_every_failed_episode_of_the_ten_builtin_bootcamps_has_a_divergence_or_a
     for r in rows:
         assert (r["kind"] is None) != (r["reason"] is None), r
         if r["kind"] is not None:
-            assert r["kind"] in REFINED | GENERIC or r["kind"].startswith("argument:"), r
+            # a bootcamp without kinds of its own adds its reward's reason: argument:path:collateral
+            assert r["kind"] in REFINED or r["kind"].split(":")[0] in GENERIC | {"argument"}, r
             assert r["turn"] is not None and r["turn"] < failed[r["episode_id"]].turns, r
             assert r["oracle_tool"] is not None, r
         if r["termination"] == Termination.WRONG_ANSWER:  # a wrong final call leaves no way back
@@ -79,6 +81,23 @@ def test_every_failed_episode_of_the_ten_builtin_bootcamps_has_a_divergence_or_a
     assert sum(s["episodes"] for s in summary) == len(failed)
     assert len(found) == len(record_divergences(store, "noisy"))  # a second pass replaces the run's rows
     assert store.scalar("SELECT count(*) FROM divergences WHERE run_id = 'noisy'") == len(failed)
+    rewarded = [r["kind"] for r in rows if r["kind"] and r["bootcamp"] not in ("calculator", "maze")]
+    assert sum(k.count(":") >= 1 + k.startswith("argument:") for k in rewarded) >= len(rewarded) * 0.7, rewarded
+
+    # failure mining names each failure by where it diverged; one bootcamp's cluster labels are all distinct
+    analysis = analyze_run(store, "noisy", refresh=True)
+    by_episode = {r["episode_id"]: r for r in rows}
+    for f in store.query("SELECT episode_id, category, signature, features FROM failures WHERE run_id = 'noisy'"):
+        d = by_episode[f["episode_id"]]
+        if d["kind"] and d["kind"] not in ("invalid_call", "no_call"):
+            assert f["category"] == f"{d['termination']}:{d['kind']}", (f, d)
+            assert f["signature"].startswith(f"{f['category']}|{d['model_tool']}"), f
+        if d["reason"] == PATH_RIGHT_BUDGET_SPENT:
+            assert f["category"] == "max_turns:path_right_budget_spent", f
+        assert json.loads(f["features"])["divergence"]["kind"] == d["kind"]
+    labels = Counter((c.bootcamp, c.label) for c in analysis.clusters)
+    assert labels and max(labels.values()) == 1, labels
+    assert any(c.traits["divergence"] for c in analysis.clusters)
 
 
 def _calculator_cases(level: int, seeds: range) -> list[Instance]:
@@ -281,5 +300,61 @@ def test_an_imported_bootcamp_with_its_own_tools_gets_the_argument_it_got_wrong(
     ep = asyncio.run(run_episode(EpisodeSpec(b, instance), Plan(plan)))
     assert ep.termination == Termination.WRONG_ANSWER
     div = find_divergence(b, instance, ep.transcript, ep.termination)
-    assert (div.turn, div.kind) == (0, "argument:city"), div
+    # the import's reward adds what the wrong call cost: the oracle's right call after it is one call too many
+    assert (div.turn, div.kind) == (0, "argument:city:extra_call"), div
     assert div.oracle_action == Action("get_weather", {"city": "Paris"})
+
+
+def test_a_runs_largest_calculator_cluster_is_named_for_the_operator(store: Store) -> None:
+    # what a trained model did (issue 40): every `calculate` call right by the tool, the operator of the
+    # story's "finds 5 extra" flipped; mining used to call these wrong_answer:arithmetic and :carry
+    b = registry.make("calculator")
+    instances, episodes = [], []
+    for instance in _calculator_cases(2, range(24)) + _calculator_cases(3, range(12)):
+        d = instance.data
+        steps = [(o, str(x)) for o, x in zip(d["ops"], d["operands"], strict=True)]
+        if instance.seed % 4:  # three in four flip the last operator
+            steps[-1] = ({"+": "-", "-": "+", "*": "+", "/": "*"}[steps[-1][0]], steps[-1][1])
+        else:  # the rest stop one step short
+            steps = steps[:-1]
+        spec = EpisodeSpec(b, instance)
+        episodes.append(asyncio.run(run_episode(spec, Plan(_chain_plan(steps)), run_id="trained")))
+        instances.append(instance)
+    store.write_instances(instances, split="eval")
+    store.write_episodes(episodes)
+    analysis = analyze_run(store, "trained")
+    largest = max(analysis.clusters, key=lambda c: c.size)
+    assert largest.label.startswith("wrong_answer:operator_flipped"), [c.label for c in analysis.clusters]
+    assert largest.traits["divergence"]["kind"] == "operator_flipped"
+    assert largest.traits["divergence"]["model"]["tool"] == "submit"
+    assert len({c.label for c in analysis.clusters}) == len(analysis.clusters)
+
+    # synthesis is shown the mistake itself (deliverable 2): the kind, the state and both calls
+    from campflow.bootcamps.calculator.bootcamp import parse_problem
+    from campflow.synthesis.llm import LLMSynthesizer
+    from campflow.synthesis.mutate import MutationSynthesizer
+    from campflow.synthesis.proposals import load_contexts
+
+    context = next(
+        c for c in load_contexts(store, "trained", with_transcripts=True) if c.cluster_id == largest.cluster_id
+    )
+    first = context.divergences[0]
+    assert first.kind == "operator_flipped" and first.model_action["tool"] == "submit"
+    assert first.state and first.state[-1]["role"] == "tool"  # the last `calculate` result, before the submit
+    prompt = LLMSynthesizer("m").messages(context, 4)[1]["content"]
+    assert "`operator_flipped`" in prompt and "The agent called: submit(" in prompt
+    assert "A correct solver would call: calculate(" in prompt and first.state[1]["content"] in prompt
+    # mutate proposes the failed problem and its twin with the deciding words changed, side by side
+    proposals = MutationSynthesizer(seed=0).propose(context, 6)
+    a, twin = proposals[0].params, proposals[1].params
+    assert proposals[0].parent_instance_ids == proposals[1].parent_instance_ids
+    parent = next(i for i in instances if i.id == proposals[0].parent_instance_ids[0])
+    (sa, steps_a), (sb, steps_b) = parse_problem(a["problem"]), parse_problem(twin["problem"])
+    assert sa == sb == parent.data["start"] and [n for _, n, _ in steps_a] == [n for _, n, _ in steps_b]
+    assert [op for op, _, _ in steps_a] == parent.data["ops"]
+    assert sum(x[0] != y[0] for x, y in zip(steps_a, steps_b, strict=True)) == 1  # one operator, told otherwise
+    twin_a, twin_b = b.generate(a, 0), b.generate(twin, 0)
+    assert twin_a.data["story"] != twin_b.data["story"] and twin_a.data["answer"] != twin_b.data["answer"]
+    words_a, words_b = twin_a.data["story"].split(". "), twin_b.data["story"].split(". ")
+    assert sum(x != y for x, y in zip(words_a, words_b, strict=True)) == 1  # one sentence apart
+    assert all("where operator_flipped decides" in p.rationale or p.rationale.startswith("contrast") for p in proposals)

@@ -596,6 +596,26 @@ class Bootcamp(Generic[P, S]):
         """
         return None
 
+    #: divergence kind -> the params knobs under which that decision comes up more (``mutate`` moves them
+    #: for a cluster of that kind); e.g. ``{"distractor_number": ("distractors",)}``
+    divergence_knobs: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+
+    def contrasts(self, instance: Instance[P], kind: str, model_action: Action | None = None) -> list[P]:
+        """Params of problems that differ from ``instance`` where a divergence of ``kind`` decided, and
+        little else: a minimal pair that only the step the model got wrong tells apart (calculator:
+        ``operator_flipped`` gives the same numbers told with the deciding words changed). The ``mutate``
+        synthesizer proposes them together, in one batch.
+
+        Args:
+            instance: a failed instance.
+            kind: the divergence's kind (:meth:`divergence_kind` or a generic one).
+            model_action: the model's call where it diverged, as sent (None for a turn without one).
+
+        Returns:
+            The params, all of them or none; default: none (the synthesizer moves knobs instead).
+        """
+        return []
+
     def solve(self, instance: Instance[P]) -> tuple[S, Score]:
         """Play the oracle against this bootcamp directly (no engine) and score the result.
 

@@ -1,8 +1,9 @@
 """The LLM synthesizer: an OpenAI-compatible model proposes params aimed at a cluster's weakness.
 
 The prompt gives the model the bootcamp's description, the JSON schema of its params, its level
-presets, the cluster's label and traits, the failing params and a few exemplar transcripts (truncated),
-and asks for ``n`` new params objects as JSON. Where the endpoint accepts a JSON-schema
+presets, the cluster's label and traits, the failing params, where the failures left the oracle's path
+(the divergence's kind, the state the agent was in and both calls: the mistake itself, not the last
+turn) and a few exemplar transcripts (truncated), and asks for ``n`` new params objects as JSON. Where the endpoint accepts a JSON-schema
 ``response_format`` it gets one; where it refuses, the request is sent again without, and every reply
 is read defensively (prose around a fenced block, ``<think>`` reasoning, a bare list). A reply with
 nothing readable is itself recorded as a rejected proposal (``invalid_json``), and the model is asked
@@ -144,6 +145,7 @@ class LLMSynthesizer(Synthesizer):
             )
             or "(none available)"
         )
+        mistake = self.divergence_text(context)
         user = (
             f"## Task family: {d['name']}\n{d['description']}\n\n"
             f"## Params JSON schema\n{json.dumps(d['params_schema'], sort_keys=True)}\n\n"
@@ -151,12 +153,42 @@ class LLMSynthesizer(Synthesizer):
             f"## Weakness to target\nThe agent failed {c.size} episodes alike: {c.label}.\n"
             f"Failure categories: {categories}.\nWhere the failures concentrate: {trait_text}.\n"
             f"Params of failing tasks:\n{parents}\n\n"
+            f"{mistake}"
             f"## Exemplar failed episodes (truncated)\n{exemplars}\n\n"
-            f"## Your job\nPropose {n} new params objects that exercise this weakness: inside the region "
-            "where it fails, varied, and not copies of the params above. Reply with JSON only, in the form "
+            f"## Your job\nPropose {n} new params objects that exercise this weakness"
+            + (
+                ": tasks where the same decision comes up (the step where the agent left the right path), "
+                if mistake
+                else ": "
+            )
+            + "inside the region where it fails, varied, and not copies of the params above. "
+            "Reply with JSON only, in the form "
             '{"proposals": [{"params": {...}, "rationale": "one sentence"}]}.'
         )
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+    def divergence_text(self, context: ClusterContext) -> str:
+        """The prompt's section on where the cluster's failures left the oracle's path: the commonest kind,
+        how many, and for a few of them the state the agent was in and both calls ('' when none was found)."""
+        found = context.divergences
+        if not found:
+            return ""
+        kind = found[0].kind
+        same = [x for x in found if x.kind == kind]
+        parts = [
+            "## Where the agent went wrong\n"
+            f"In {len(same)} of these {context.cluster.size} failures the first step that left every correct "
+            f"path was of the kind `{kind}`: at that step the agent's call differs from what a correct "
+            "solver would call from the same state.\n"
+        ]
+        for i, x in enumerate(same[:3], 1):
+            state = render_transcript(x.state, self.exemplar_chars) if x.state else "(not loaded)"
+            parts.append(
+                f"### Divergence {i}, at turn {x.turn}\nThe state (what the agent had seen):\n{state}\n"
+                f"The agent called: {_call_text(x.model_action)}\n"
+                f"A correct solver would call: {_call_text(x.oracle_action)}\n"
+            )
+        return "\n".join(parts) + "\n"
 
     def complete(self, messages: Sequence[dict[str, str]], schema: dict[str, Any]) -> str:
         """One chat completion's text; the JSON-schema response format is dropped if refused.
@@ -283,6 +315,12 @@ def _proposal(context: ClusterContext, item: Any, synthesizer: str) -> Proposal:
             parents,
         )
     return Proposal(context.bootcamp, context.cluster_id, synthesizer, item, None, parents)
+
+
+def _call_text(action: dict[str, Any] | None) -> str:
+    if action is None:
+        return "(no tool call)"
+    return f"{action['tool']}({json.dumps(action.get('arguments') or {}, sort_keys=True)})"
 
 
 def render_transcript(transcript: Sequence[dict[str, Any]], limit: int) -> str:

@@ -3,8 +3,12 @@
 For each proposal it takes one of the cluster's failing instances (most failures first, in turn) and
 moves the knobs the cluster's traits implicate, staying inside each trait's region (a cluster with the
 trait ``steps>=3`` gets other problems of three or more steps), and now and then one other knob, so the
-variants explore around the weakness rather than copy it. No LLM; deterministic from the seed and the
-cluster id.
+variants explore around the weakness rather than copy it. The cluster's divergence steers it: where the
+bootcamp can pair a failed problem with itself told another way at the deciding step
+(:meth:`~campflow.bootcamps.base.Bootcamp.contrasts`: the calculator's ``operator_flipped`` gives the same
+numbers with ``finds 5 extra`` and ``gives away 5``), those pairs come first, each pair whole in the same
+batch; and the knobs the bootcamp names for the kind (``divergence_knobs``) are moved before any other.
+No LLM; deterministic from the seed and the cluster id.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from campflow.bootcamps import registry
-from campflow.bootcamps.base import Params
+from campflow.bootcamps.base import Action, Bootcamp, Params
 from campflow.bootcamps.splits import OBSERVATION
 from campflow.serialization import canonical_json
 from campflow.synthesis.knobs import Knob, knobs_of
@@ -63,10 +67,14 @@ class MutationSynthesizer(Synthesizer):
             if t.knob in knobs
         }
         observed = {name: [p.params[name] for p in context.parents if name in p.params] for name in knobs}
+        bootcamp = registry.make(context.bootcamp)
+        kind = context.divergences[0].kind if context.divergences else None
+        # the knobs under which the cluster's diverging decision comes up: moved before any other free one
+        decisive = [k for k in bootcamp.divergence_knobs.get(kind or "", ()) if k in knobs and k not in traits]
         free = [name for name in knobs if name not in traits and name != "level"]
         rng = random.Random(f"mutate:{self.seed}:{context.cluster_id}")
         seen = {canonical_json(p.params) for p in context.parents}
-        out: list[Proposal] = []
+        out = _contrast_pairs(bootcamp, context, n, seen)
         for attempt in range(n * _ATTEMPTS_PER_PROPOSAL):
             if len(out) >= n:
                 break
@@ -77,7 +85,9 @@ class MutationSynthesizer(Synthesizer):
                 if rng.random() < 0.8 or not t.contains(knobs[name], parent.params.get(name, knobs[name].default))
             ]
             names = names or ([rng.choice(list(traits))] if traits else [])
-            if free and (not names or rng.random() < self.p_extra):
+            if decisive and rng.random() < 0.8:
+                names.append(rng.choice(decisive))
+            elif free and (not names or rng.random() < self.p_extra):
                 names.append(rng.choice(free))
             params = dict(parent.params)
             changes = []
@@ -94,6 +104,7 @@ class MutationSynthesizer(Synthesizer):
                 continue
             seen.add(key)
             aim = "; inside " + ", ".join(t.text() for t in traits.values()) if traits else ""
+            aim += f"; where {kind} decides ({', '.join(decisive)})" if decisive and kind else ""
             out.append(
                 Proposal(
                     context.bootcamp,
@@ -105,6 +116,49 @@ class MutationSynthesizer(Synthesizer):
                 )
             )
         return out
+
+
+def _contrast_pairs(bootcamp: Bootcamp, context: ClusterContext, n: int, seen: set[str]) -> list[Proposal]:
+    """The bootcamp's minimal pairs (:meth:`~campflow.bootcamps.base.Bootcamp.contrasts`) for the failures of
+    the cluster's commonest divergence kind, one failing instance after another, each pair whole or not at all,
+    at most ``n`` proposals."""
+    out: list[Proposal] = []
+    if not context.divergences:
+        return out
+    kind = context.divergences[0].kind
+    parents = {p.instance_id: p for p in context.parents}
+    done: set[str] = set()
+    for d in context.divergences:
+        if d.kind != kind or d.instance_id in done or d.instance_id not in parents:
+            continue
+        done.add(d.instance_id)
+        parent = parents[d.instance_id]
+        if parent.seed is None:
+            continue
+        model = d.model_action
+        action = Action(model["tool"], model.get("arguments") or {}) if model else None
+        try:
+            instance = bootcamp.generate(parent.params, int(parent.seed))
+            pair = bootcamp.contrasts(instance, kind, action)
+        except Exception:  # a parent the bootcamp no longer makes, or one it cannot pair: knobs do instead
+            continue
+        texts = [canonical_json(p.model_dump(mode="json")) for p in pair]
+        if not pair or len(out) + len(pair) > n or any(t in seen for t in texts):
+            continue
+        seen.update(texts)
+        for i, params in enumerate(pair):
+            out.append(
+                Proposal(
+                    context.bootcamp,
+                    context.cluster_id,
+                    "mutate",
+                    params.model_dump(mode="json"),
+                    f"contrast {i + 1} of {len(pair)} for {kind} on {parent.instance_id}: the same problem with "
+                    "the deciding step told another way",
+                    (parent.instance_id,),
+                )
+            )
+    return out
 
 
 def _first_valid(model: type[Params], params: dict[str, Any], name: str, candidates: Iterator[Any]) -> Any:

@@ -1,7 +1,8 @@
 """What synthesizers read and write: a cluster's context in, proposed params out.
 
 A :class:`Synthesizer` gets a :class:`ClusterContext` (the cluster's label and traits, its failing
-instances' params, a few exemplar episodes) and returns :class:`Proposal` objects: params as proposed,
+instances' params, a few exemplar episodes, and where its failures left the oracle's path: the
+divergences' kind, the state and both calls) and returns :class:`Proposal` objects: params as proposed,
 not yet trusted. :mod:`campflow.synthesis.validate` decides which become variants.
 """
 
@@ -69,6 +70,29 @@ class Parent:
     instance_id: str
     params: dict[str, Any]
     failures: int
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where one of the cluster's failures left the oracle's path (a row of ``divergences``).
+
+    Attributes:
+        kind: ``operator_flipped``, ``argument:path:collateral``, ...
+        turn: the diverging call's turn, from 0.
+        model_action, oracle_action: ``{"tool": ..., "arguments": {...}}`` (the model's None for a turn
+            without a call).
+        state: the transcript up to the diverging call (what the model had seen; empty unless transcripts
+            were loaded).
+    """
+
+    episode_id: str
+    instance_id: str
+    kind: str
+    turn: int | None
+    model_action: dict[str, Any] | None
+    oracle_action: dict[str, Any] | None
+    state: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -78,6 +102,7 @@ class ClusterContext:
     cluster: Cluster
     parents: list[Parent] = field(default_factory=list)
     exemplars: list[Exemplar] = field(default_factory=list)
+    divergences: list[Divergence] = field(default_factory=list)  # of the cluster's commonest kind first
 
     @property
     def bootcamp(self) -> str:
@@ -122,13 +147,15 @@ def load_contexts(
     marks = ", ".join("?" for _ in ids)
     parents: dict[str, list[Parent]] = {cid: [] for cid in ids}
     for r in store.query(
-        f"""SELECT f.cluster_id, f.instance_id, any_value(i.params) AS params, count(*) AS failures
+        f"""SELECT f.cluster_id, f.instance_id, any_value(i.params) AS params, any_value(i.seed) AS seed,
+                   count(*) AS failures
             FROM failures f JOIN instances i USING (instance_id)
             WHERE f.run_id = ? AND f.cluster_id IN ({marks})
             GROUP BY f.cluster_id, f.instance_id ORDER BY failures DESC, f.instance_id""",
         [run_id, *ids],
     ):
-        parents[r["cluster_id"]].append(Parent(r["instance_id"], orjson.loads(r["params"]), r["failures"]))
+        parents[r["cluster_id"]].append(Parent(r["instance_id"], orjson.loads(r["params"]), r["failures"], r["seed"]))
+    divergences = _load_divergences(store, run_id, clusters, with_transcripts)
     exemplars: dict[str, list[Exemplar]] = {cid: [] for cid in ids}
     if with_transcripts:
         wanted = {e: c.cluster_id for c in clusters for e in c.exemplar_episode_ids}
@@ -156,4 +183,77 @@ def load_contexts(
                             orjson.loads(r["transcript"]),
                         )
                     )
-    return [ClusterContext(c, parents[c.cluster_id], exemplars[c.cluster_id]) for c in clusters]
+    return [
+        ClusterContext(c, parents[c.cluster_id], exemplars[c.cluster_id], divergences[c.cluster_id]) for c in clusters
+    ]
+
+
+def _action(tool: str | None, arguments: str | None) -> dict[str, Any] | None:
+    return None if tool is None else {"tool": tool, "arguments": orjson.loads(arguments or "{}")}
+
+
+def _load_divergences(
+    store: Store, run_id: str, clusters: Sequence[Cluster], with_transcripts: bool
+) -> dict[str, list[Divergence]]:
+    """Each cluster's divergences, its commonest kind first and the exemplars first within a kind; with
+    the transcript up to the diverging call for the first few when ``with_transcripts``."""
+    ids = [c.cluster_id for c in clusters]
+    out: dict[str, list[Divergence]] = {cid: [] for cid in ids}
+    rows = store.query(
+        f"""SELECT f.cluster_id, d.episode_id, d.instance_id, d.kind, d.turn, d.model_tool,
+                   d.model_arguments, d.oracle_tool, d.oracle_arguments
+            FROM divergences d JOIN failures f ON f.episode_id = d.episode_id AND f.run_id = d.run_id
+            WHERE d.run_id = ? AND d.kind IS NOT NULL AND f.cluster_id IN ({", ".join("?" for _ in ids)})
+            ORDER BY d.episode_id""",
+        [run_id, *ids],
+    )
+    by_cluster: dict[str, list[dict[str, Any]]] = {cid: [] for cid in ids}
+    for r in rows:
+        by_cluster[r["cluster_id"]].append(r)
+    wanted: dict[str, dict[str, Any]] = {}
+    for c in clusters:
+        found = by_cluster[c.cluster_id]
+        counts: dict[str, int] = {}
+        for r in found:
+            counts[r["kind"]] = counts.get(r["kind"], 0) + 1
+        first = {e: i for i, e in enumerate(c.exemplar_episode_ids)}
+        found.sort(key=lambda r: (-counts[r["kind"]], r["kind"], first.get(r["episode_id"], len(first))))
+        by_cluster[c.cluster_id] = found
+        if with_transcripts:
+            wanted.update({r["episode_id"]: r for r in found[:3]})
+    states: dict[str, list[dict[str, Any]]] = {}
+    if wanted:
+        for r in store.query(
+            f"SELECT episode_id, transcript FROM episodes WHERE run_id = ? AND episode_id IN "
+            f"({', '.join('?' for _ in wanted)})",
+            [run_id, *wanted],
+        ):
+            d = wanted[r["episode_id"]]
+            states[r["episode_id"]] = _state_before(orjson.loads(r["transcript"]), d["turn"])
+    for cid, found in by_cluster.items():
+        out[cid] = [
+            Divergence(
+                r["episode_id"],
+                r["instance_id"],
+                r["kind"],
+                r["turn"],
+                _action(r["model_tool"], r["model_arguments"]),
+                _action(r["oracle_tool"], r["oracle_arguments"]),
+                states.get(r["episode_id"], []),
+            )
+            for r in found
+        ]
+    return out
+
+
+def _state_before(transcript: list[dict[str, Any]], turn: int | None) -> list[dict[str, Any]]:
+    """The messages before assistant turn ``turn`` (the world as the model saw it when it diverged)."""
+    if turn is None:
+        return transcript
+    seen = -1
+    for at, message in enumerate(transcript):
+        if message.get("role") == "assistant":
+            seen += 1
+            if seen == turn:
+                return transcript[:at]
+    return transcript

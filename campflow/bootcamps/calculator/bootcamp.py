@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from campflow.bootcamps.arithmetic import evaluate, format_number
 from campflow.bootcamps.base import (
@@ -60,6 +60,11 @@ class CalculatorParams(Params):
         "+-", pattern=r"^[+\-*/]{1,4}$", description="operators that may appear, a subset of '+-*/' without repeats"
     )
     distractors: int = Field(0, ge=0, le=3, description="irrelevant sentences with numbers in them")
+    problem: str | None = Field(
+        None,
+        description="a fixed chain instead of a drawn one: the start, then per step the operator, the operand "
+        "and which of the operator's phrasings tells it (from 0), e.g. '12 +5:2 -3:0'; None draws the numbers",
+    )
 
     @field_validator("operations")
     @classmethod
@@ -67,6 +72,58 @@ class CalculatorParams(Params):
         if len(set(v)) != len(v):
             raise ValueError(f"operators must not repeat, got {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _fits(self) -> CalculatorParams:
+        if self.problem is not None:
+            start, steps = parse_problem(self.problem)
+            if len(steps) != self.steps:
+                raise ValueError(f"problem {self.problem!r} has {len(steps)} steps, steps is {self.steps}")
+            if bad := sorted({op for op, _, _ in steps} - set(self.operations)):
+                raise ValueError(f"problem {self.problem!r} uses {''.join(bad)}, not in operations {self.operations!r}")
+            if max(start, *(n for _, n, _ in steps)) > self.max_operand:
+                raise ValueError(f"problem {self.problem!r} has a number above max_operand {self.max_operand}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        # a drawn problem dumps as it did before the knob existed: its instance ids stay what they were
+        out = handler(self)
+        if out.get("problem") is None:
+            out.pop("problem", None)
+        return out
+
+
+def parse_problem(text: str) -> tuple[int, list[tuple[str, int, int]]]:
+    """``'12 +5:2 -3:0'`` -> ``(12, [('+', 5, 2), ('-', 3, 0)])``, checked: every value on the chain a
+    positive whole number, every phrasing one the operator has.
+
+    Raises:
+        ValueError: naming the part that does not fit.
+    """
+    head, *rest = text.split()
+    if not head.isdigit() or int(head) < 2:
+        raise ValueError(f"problem {text!r}: the start {head!r} is not a whole number of at least 2")
+    value, steps = int(head), []
+    for part in rest:
+        m = re.fullmatch(r"([+\-*/])(\d+):(\d+)", part)
+        if m is None:
+            raise ValueError(f"problem {text!r}: step {part!r} is not <op><operand>:<phrasing>, e.g. +5:0")
+        op, n, k = m.group(1), int(m.group(2)), int(m.group(3))
+        if k >= len(_PHRASES[op]):
+            raise ValueError(f"problem {text!r}: {op} has phrasings 0-{len(_PHRASES[op]) - 1}, got {k}")
+        if n < 1 or (op == "-" and n >= value) or (op == "/" and (n < 2 or value % n)):
+            raise ValueError(f"problem {text!r}: {value} {op} {n} leaves the positive whole numbers")
+        value = _apply(value, op, n)
+        steps.append((op, n, k))
+    if not steps:
+        raise ValueError(f"problem {text!r} has no step")
+    return int(head), steps
+
+
+def problem_text(start: int, steps: Sequence[tuple[str, int, int]]) -> str:
+    """The ``problem`` knob's text of a chain (:func:`parse_problem` reads it back)."""
+    return " ".join([str(start), *(f"{op}{n}:{k}" for op, n, k in steps)])
 
 
 class CalculateArgs(ToolArgs):
@@ -108,17 +165,27 @@ class Calculator(Bootcamp[CalculatorParams, CalculatorState]):
     # -- instruction generation -----------------------------------------------------------------
 
     def build(self, params: CalculatorParams, rng: random.Random) -> dict[str, Any]:
+        pinned = None
+        if params.problem is not None:
+            # a pinned chain's words are drawn from its numbers: two problems of the same numbers, one step
+            # told another way, read alike but for that step (the pair :meth:`contrasts` makes)
+            start, pinned = parse_problem(params.problem)
+            numbers = [start, *(n for _, n, _ in pinned), params.distractors, params.max_operand]
+            rng = random.Random("calculator:" + ",".join(map(str, numbers)))
         name, items = rng.choice(_WORLDS)
-        value = rng.randint(2, params.max_operand)
+        value = start if pinned else rng.randint(2, params.max_operand)
         values, ops, operands = [value], [], []
-        for _ in range(params.steps):
-            op, n = _next_step(value, params, rng)
+        for k in range(params.steps):
+            op, n = pinned[k][:2] if pinned else _next_step(value, params, rng)
             value = _apply(value, op, n)
             ops.append(op)
             operands.append(n)
             values.append(value)
         sentences = [f"{name} has {values[0]} {items}."]
-        sentences += [rng.choice(_PHRASES[op]).format(name=name, n=n, items=items) for op, n in zip(ops, operands)]
+        sentences += [
+            (_PHRASES[op][pinned[k][2]] if pinned else rng.choice(_PHRASES[op])).format(name=name, n=n, items=items)
+            for k, (op, n) in enumerate(zip(ops, operands))
+        ]
         for _ in range(params.distractors):
             other, things = rng.choice([w for w in _WORLDS if w[0] != name])
             text = rng.choice(_DISTRACTORS).format(other=other, m=rng.randint(2, params.max_operand), things=things)
@@ -198,6 +265,43 @@ class Calculator(Bootcamp[CalculatorParams, CalculatorState]):
 
     # -- where a failure began -------------------------------------------------------------------
 
+    divergence_knobs = {
+        "operator_flipped": ("operations", "steps"),
+        "distractor_number": ("distractors",),
+        "step_skipped": ("steps",),
+    }
+
+    def contrasts(self, instance: Instance, kind: str, model_action: Action | None = None) -> list[CalculatorParams]:
+        """For ``operator_flipped``: the failed problem's numbers twice, once told as it was and once with
+        the deciding step's words (and operator) changed, ``finds 5 extra`` beside ``gives away 5``: the
+        pair only reading the words tells apart. The flip of a step that would leave the positive whole
+        numbers is left out."""
+        if kind != "operator_flipped":
+            return []
+        d, p = instance.data, instance.params
+        got = None
+        if model_action is not None and model_action.name == "submit":
+            try:
+                got = float(model_action.arguments["answer"])
+            except (KeyError, TypeError, ValueError):
+                got = None
+        i = _flipped_step(d, got)
+        if i is None:
+            return []
+        steps = list(zip(d["ops"], d["operands"], _phrasings(d), strict=True))
+        op, n, k = steps[i]
+        other = _FLIP[op]
+        flipped = [*steps[:i], (other, n, k % len(_PHRASES[other])), *steps[i + 1 :]]
+        ops = "".join(dict.fromkeys(p.operations + other))
+        out = []
+        for chain, operations in ((steps, p.operations), (flipped, ops)):
+            try:  # a pydantic ValidationError is a ValueError
+                params = {**p.model_dump(), "operations": operations, "problem": problem_text(d["start"], chain)}
+                out.append(CalculatorParams.model_validate(params))
+            except ValueError:
+                continue
+        return out if len(out) == 2 else []
+
     def normalize_arguments(self, instance: Instance, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """A `calculate` call is the number it computes ("5+12" is "12 + 5"): the oracle counts progress by
         results, so two expressions of one value are the same step."""
@@ -245,6 +349,42 @@ class Calculator(Bootcamp[CalculatorParams, CalculatorState]):
         if a == oa and n != on and n in later:
             return "step_skipped"
         return None
+
+
+def _phrasings(data: Mapping[str, Any]) -> list[int]:
+    """Which of its operator's phrasings each step of ``data``'s story uses (read back from the story)."""
+    name, out, at = data["story"].split(" has ", 1)[0], [], 0
+    items = data["question"].removeprefix("How many ").split(" does ", 1)[0]
+    for op, n in zip(data["ops"], data["operands"], strict=True):
+        for k, phrase in enumerate(_PHRASES[op]):
+            found = data["story"].find(phrase.format(name=name, n=n, items=items), at)
+            if found >= 0:
+                out.append(k)
+                at = found
+                break
+        else:
+            out.append(0)
+    return out
+
+
+def _flipped_step(data: Mapping[str, Any], got: float | None) -> int | None:
+    """The step whose operator, flipped, gives ``got`` (the rest of the chain done right); else the first
+    step told in words that add or take away."""
+    start, ops, operands = data["start"], data["ops"], data["operands"]
+    if got is not None:
+        for i in range(len(ops)):
+            for op in "+-*/":
+                if op == ops[i]:
+                    continue
+                value: float | None = start
+                for k in range(len(ops)):
+                    value = _true(value, op if k == i else ops[k], operands[k]) if value is not None else None
+                if value is not None and math.isclose(value, got, rel_tol=1e-6, abs_tol=1e-6):
+                    return i
+    return next((i for i, op in enumerate(ops) if op in "+-"), None)
+
+
+_FLIP = {"+": "-", "-": "+", "*": "/", "/": "*"}
 
 
 def _next_step(value: int, params: CalculatorParams, rng: random.Random) -> tuple[str, int]:

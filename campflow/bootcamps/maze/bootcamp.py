@@ -231,6 +231,12 @@ class Maze(Bootcamp[MazeParams, MazeState]):
             return None  # submitting here would be right; a wrong answer needs another cell
         return Action("submit", {})
 
+    divergence_knobs = {
+        "wall": ("view_radius",),
+        "revisit": ("loops", "view_radius"),
+        "away_from_goal": ("width", "height"),
+    }
+
     def divergence_kind(
         self,
         instance: Instance,
