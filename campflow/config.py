@@ -116,6 +116,11 @@ class RolloutConfig(Section):
         description="how vision bootcamps show the world: auto (images to a vision-language or endpoint "
         "model, text to a text-only local model), image or text",
     )
+    agent: str | None = Field(
+        None,
+        description="a user's agent program plays every episode of the model (a command 'python my_agent.py' "
+        "or module:function), the model behind the recording proxy (docs/agents.md); null: campflow's own loop",
+    )
 
 
 class EvalConfig(Section):

@@ -14,6 +14,7 @@ import math
 import shlex
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +193,55 @@ def test_a_grpo_step_on_agent_episodes_trains_the_sampled_ids_with_the_verifiers
         ]
     # what TRL logged as the step's reward is the mean of the verifier's
     assert result.metrics["reward_curve"][0][1] == pytest.approx(sum(output["reward"]) / len(output["reward"]))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+def test_campflow_improve_with_the_openai_sdk_example_runs_one_cycle_to_a_decision_and_a_report(tmp_path) -> None:
+    from campflow.storage.query import run_sql
+    from tests.conftest import run_cli
+    from tests.loop_config import write_tiny_config
+
+    config = write_tiny_config(
+        tmp_path / "ws",
+        rollout__episode_timeout=60,
+        rollout__concurrency=8,
+        eval__bootcamps=["calculator"],
+        eval__n=2,
+        eval__levels=[1],
+        synthesis__n_per_cluster=1,
+        synthesis__max_clusters=1,
+        synthesis__probes_per_variant=1,
+        training__levels=[1],
+        training__collect_n=4,
+        training__sft__max_steps=2,
+        training__rl__band_samples=2,
+        improve__variant_eval_n=2,
+        improve__curriculum_n=1,
+    )
+    agent = f"{PYTHON} {REPO / 'examples' / 'agents' / 'openai_loop.py'}"
+    done = run_cli("improve", "--agent", agent, "--config", str(config), "--cycle-id", "c1", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    db = tmp_path / "ws" / "campflow.duckdb"
+
+    def sql(query: str) -> list[tuple]:
+        return run_sql(db, query, wait_s=30).rows
+
+    status, decision, state = sql("SELECT status, decision, state FROM cycles WHERE cycle_id = 'c1'")[0]
+    assert status == "completed" and decision.startswith("pass_rate ")
+    state = json.loads(state)
+    assert Path(state["report"]).exists()
+    # every rollout of the cycle went through the agent: each of its episodes' calls are in proxy_calls
+    rollouts = [state["eval_before"], state["collect_run"], state["eval_after"]]
+    rollouts += [r for r in (state.get("rl_band_run"), state.get("probe_before"), state.get("probe_after")) if r]
+    for run in rollouts:
+        ((episodes, without_calls),) = sql(
+            "SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM proxy_calls p "
+            f"WHERE p.episode_id = e.episode_id)) FROM episodes e WHERE run_id = '{run}'"
+        )
+        assert episodes > 0 and without_calls == 0, run
+    # the teacher answered the agent in the model's tokens, and SFT trained on those ids
+    ((teacher,),) = sql(f"SELECT DISTINCT model_id FROM episodes WHERE run_id = '{state['collect_run']}'")
+    assert teacher == "demonstrator"
+    ((source,),) = sql(f"SELECT filter->>'source' FROM datasets WHERE dataset_id = '{state['dataset']}'")
+    assert source == "agent_episodes"

@@ -74,11 +74,21 @@ def improve(
     n_cycles: int | None = typer.Option(
         None, "--cycles", min=1, help="improve.cycles: cycles to run, each from the last promoted model"
     ),
+    agent: str | None = typer.Option(
+        None,
+        "--agent",
+        help="rollout.agent: your agent plays every rollout of the cycle, a command ('python my_agent.py') or "
+        "module:function, and the model trains on the ids it produced there (docs/agents.md)",
+    ),
     config: Path | None = ConfigOption,
     db: Path | None = DbOption,
 ) -> None:
     """Improvement cycles: evaluate, mine, synthesize, collect, SFT, RL, re-evaluate, promote (if it passes the gate)."""
-    cfg = config_with(config, db, **{"improve.model": start, "improve.cycles": n_cycles})
+    cfg = config_with(config, db, **{"improve.model": start, "improve.cycles": n_cycles, "rollout.agent": agent})
+    if cfg.rollout.agent is not None:  # fail fast, before Prefect starts: a program that cannot run
+        from campflow.proxy.program import AgentProgram
+
+        AgentProgram.parse(cfg.rollout.agent)
     from campflow.storage import cycles
     from campflow.storage.workspace import Workspace
 

@@ -19,7 +19,7 @@ from campflow.agents.vision import observation_mode, with_observation
 from campflow.bootcamps.splits import eval_instances
 from campflow.config import CampflowConfig
 from campflow.errors import StoreBusyError
-from campflow.flows.rollouts import record_agent_rollouts, record_rollouts
+from campflow.flows.rollouts import record_rollouts
 from campflow.flows.runners import task_runner
 from campflow.storage.names import check_run_id
 from campflow.storage.store import Store
@@ -78,7 +78,8 @@ def evaluate_flow(
     cfg: CampflowConfig, run_id: str | None = None, kind: str = "evaluate", agent: str | None = None
 ) -> EvalSummary:
     """Evaluate ``cfg.policy`` on ``cfg.eval`` and write every episode to the store; with ``agent`` (a
-    command or ``module:function``), that program plays each episode with ``cfg.policy`` behind the proxy."""
+    command or ``module:function``; default ``cfg.rollout.agent``), that program plays each episode with
+    ``cfg.policy`` behind the proxy."""
     run_id = check_run_id(run_id) if run_id is not None else new_run_id("eval")
     ws = Workspace.from_config(cfg)
     store = ws.store
@@ -87,10 +88,8 @@ def evaluate_flow(
     try:
         items, skipped = plan_eval(cfg, ws, run_id)
         meter = progress.Throughput()
-        if agent is not None:
-            record_agent_rollouts(store, items, cfg, run_id, agent, meter)
-        else:
-            record_rollouts(store, items, cfg.policy, cfg.rollout, run_id, meter)
+        rollout = cfg.rollout if agent is None else cfg.rollout.model_copy(update={"agent": agent})
+        record_rollouts(store, items, cfg.policy, rollout, run_id, meter)
         summary = summarize(store, run_id, model_id, ran=len(items), skipped=skipped)
         summary.throughput = meter.rates()
         store.finish_run(run_id, "completed", summary.as_dict())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect.futures import as_completed
 
 from campflow import progress
-from campflow.config import CampflowConfig, PolicyConfig, RolloutConfig
+from campflow.config import PolicyConfig, RolloutConfig
 from campflow.flows.runners import in_process
 from campflow.rollout.episode import Episode
 from campflow.sources import registered_imports
@@ -28,7 +28,10 @@ def record_rollouts(
 ) -> int:
     """Run ``items`` as rollout tasks on the flow's task runner, writing each shard's episodes as it
     finishes (so a crash loses at most the shards in flight); returns how many were written. ``meter``
-    counts every written episode's tokens and policy latency."""
+    counts every written episode's tokens and policy latency. With ``rollout.agent`` the user's agent plays
+    them (:func:`record_agent_rollouts`)."""
+    if rollout.agent is not None:
+        return record_agent_rollouts(store, items, policy, rollout, run_id, meter)
     reporter = progress.current()
     reporter.start("episodes", "episodes", len(items))
     imports = registered_imports()  # rollout workers in other processes must register them too
@@ -51,21 +54,23 @@ def record_rollouts(
 def record_agent_rollouts(
     store: Store,
     items: list[ShardItem],
-    cfg: CampflowConfig,
+    policy: PolicyConfig,
+    rollout: RolloutConfig,
     run_id: str,
-    agent: str,
     meter: progress.Throughput | None = None,
 ) -> int:
-    """Play ``items`` with the user's agent program ``agent`` (``campflow eval --agent``) instead of the
-    engine's own loop: ``cfg.policy`` answers behind the recording proxy, each episode's tools are served
-    over MCP (:mod:`campflow.proxy.runner`). Each episode is written as it ends; returns how many were."""
+    """Play ``items`` with the user's agent program ``rollout.agent`` (``campflow eval --agent``, ``improve
+    --agent``) instead of the engine's own loop: ``policy`` answers behind the recording proxy, each episode's
+    tools are served over MCP (:mod:`campflow.proxy.runner`). Each episode is written as it ends; returns how
+    many were."""
     import asyncio
 
     from campflow.proxy.program import AgentProgram
     from campflow.proxy.runner import AgentRunner, agent_items, proxy_backend
     from campflow.rollout.engine import RolloutSettings
 
-    program = AgentProgram.parse(agent)
+    assert rollout.agent is not None
+    program = AgentProgram.parse(rollout.agent)
     reporter = progress.current()
     reporter.start("episodes", "episodes", len(items))
     written = 0
@@ -79,11 +84,11 @@ def record_agent_rollouts(
 
     runner = AgentRunner(
         program,
-        proxy_backend(cfg.policy),
+        proxy_backend(policy),
         store,
-        RolloutSettings.from_config(cfg.rollout),
+        RolloutSettings.from_config(rollout),
         run_id,
-        concurrency=cfg.rollout.concurrency,
+        concurrency=rollout.concurrency,
     )
     asyncio.run(runner.run(agent_items(items), on_episode=write))
     reporter.finish("episodes")

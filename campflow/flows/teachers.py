@@ -19,6 +19,8 @@ def teacher_config(cfg: CampflowConfig, servers: CheckpointServers, model_path: 
     t = cfg.training
     if teacher == "oracle":  # the grounded demonstrator: the oracle's answers, reached as an agent could
         out.policy.kind, out.policy.model = "demonstrator", None
+        if cfg.rollout.agent is not None:  # answering the user's agent behind the proxy, in the model's tokens
+            out.policy.model = str(model_path)
         return out
     out.training.collect_samples = t.self_samples
     if teacher == "self":

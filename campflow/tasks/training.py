@@ -38,9 +38,15 @@ def build_dataset_task(
     the model at ``model_path``; returns its id.
 
     A thinking model (its chat template renders ``<think>``) gets its oracle rows marked, or left out
-    with ``training.exclude_oracle_for_thinking``.
+    with ``training.exclude_oracle_for_thinking``. With ``rollout.agent`` the rows are the token ids the
+    proxy recorded (:mod:`campflow.training.agent_data`).
     """
     ws = Workspace.from_config(cfg)
+    if cfg.rollout.agent is not None:  # a user's agent played the episodes: its rows are the recorded ids
+        from campflow.training.agent_data import build_agent_sft_dataset
+
+        built = build_agent_sft_dataset(ws.store, ws.path, run_ids, cfg.training.filter, episode_ids=episode_ids)
+        return built.dataset_id
     thinking = False
     if model_path is not None:
         from transformers import AutoTokenizer
@@ -81,8 +87,10 @@ def sft_task(cfg: CampflowConfig, base: str, dataset_id: str) -> str:
 @task(name="rl", cache_policy=NO_CACHE)
 def rl_task(cfg: CampflowConfig, base: str, instance_ids: list[str] | None = None) -> str:
     """GRPO on the bootcamps as environments, prompted with the recorded ``instance_ids`` (default: drawn
-    from the train split); returns the new checkpoint's id."""
+    from the train split); returns the new checkpoint's id. With ``rollout.agent`` every rollout is an
+    episode of the user's agent, the model being trained behind the proxy (:mod:`campflow.training.agent_rl`)."""
     ws = Workspace.from_config(cfg)
+    hardware = resolve_hardware(cfg.training.device, cfg.training.precision, cpu_threads=cfg.training.cpu_threads)
     instances = None
     if instance_ids is not None:
         rows = ws.store.query(
@@ -90,6 +98,26 @@ def rl_task(cfg: CampflowConfig, base: str, instance_ids: list[str] | None = Non
             [instance_ids],
         )
         instances = [ws.bootcamp(r["bootcamp"]).generate(json.loads(r["params"]), int(r["seed"])) for r in rows]
+    if cfg.rollout.agent is not None:
+        from campflow.rollout.engine import RolloutSettings
+        from campflow.training.agent_rl import train_agent_rl
+
+        if instances is None:
+            raise ValueError("RL with a user's agent needs its prompts (the band's instance ids)")
+        return train_agent_rl(
+            ws.store,
+            ws.path,
+            base,
+            instances,
+            cfg.training.rl,
+            cfg.rollout.agent,
+            RolloutSettings.from_config(cfg.rollout),
+            max_new_tokens=cfg.policy.max_tokens,
+            concurrency=cfg.rollout.concurrency,
+            hardware=hardware,
+            report_to=cfg.training.report_to,
+            save_steps=cfg.training.save_steps,
+        ).checkpoint.model_id
     return train_rl(
         ws.store,
         ws.path,
@@ -97,7 +125,7 @@ def rl_task(cfg: CampflowConfig, base: str, instance_ids: list[str] | None = Non
         cfg.training.bootcamps,
         cfg.training.rl,
         cfg.training.levels,
-        hardware=resolve_hardware(cfg.training.device, cfg.training.precision, cpu_threads=cfg.training.cpu_threads),
+        hardware=hardware,
         report_to=cfg.training.report_to,
         instances=instances,
         save_steps=cfg.training.save_steps,
