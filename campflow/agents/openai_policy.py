@@ -1,22 +1,23 @@
 """A policy behind any OpenAI-compatible chat endpoint (vLLM, SGLang, Ollama, OpenAI).
 
-The ``openai`` SDK is the protocol implementation: it sends requests with auth and headers, retries
-408/409/429/5xx, connection errors and timeouts with exponential backoff (honouring ``Retry-After``),
-and raises typed errors when retries are spent. With many episodes in flight its CPU cost, not the
-network, is the ceiling, and most of that cost is ``chat.completions.create`` walking every message
-and tool schema through its TypedDict transform, then building pydantic models from the response
-(~70% of the client's time, measured with cProfile). So we post the already-JSON-shaped body through
-the client's own ``post`` and read the raw response as JSON: same transport, retries and errors,
-without the transform and the models (``benchmarks/bench_concurrency.py`` measures the difference).
+With many episodes in flight the client's CPU per call, not the network, is the ceiling. The default
+transport (``aiohttp``) posts the already-JSON-shaped body on one aiohttp session and reads the raw
+response as JSON, with the ``openai`` SDK's retry policy and nothing else of its request layer
+(:mod:`campflow.agents.chat_http`: ~0.5 ms of CPU a call where the SDK's own ``post`` on its aiohttp
+client took ~1.4 ms, ``benchmarks/bench_concurrency.py``). ``transport: httpx`` sends through the SDK
+itself (its httpx client, the same retries and errors), for what only the SDK's transport handles, such
+as a proxy named in the environment. Both skip ``chat.completions.create``, which walks every message
+and tool schema through the SDK's TypedDict transform and builds pydantic models from the response.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from campflow.agents.base import Policy, PolicyReply, TurnContext
+from campflow.agents.chat_http import ChatHTTP, EndpointStatusError
 from campflow.errors import ContextOverflowError, PolicyError
 from campflow.serialization import from_json, to_json_bytes
 
@@ -87,6 +88,13 @@ class EndpointPolicy(Policy):
         self._client: Any = None
 
     def _make_client(self) -> Any:
+        """The client of this policy's transport: :class:`ChatHTTP`, or the SDK's own for ``httpx``."""
+        if self.transport == "aiohttp":
+            base_url = self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+            return ChatHTTP(base_url, self.api_key, self.timeout, self.max_retries, self._where())
+        return self._make_sdk_client()
+
+    def _make_sdk_client(self) -> Any:
         import openai  # deferred: `campflow --help` should not pay for the SDK
 
         base = openai.DefaultAioHttpClient if self.transport == "aiohttp" else openai.DefaultAsyncHttpxClient
@@ -100,8 +108,6 @@ class EndpointPolicy(Policy):
         )
 
     async def respond(self, messages: Sequence[dict], tools: Sequence[dict], context: TurnContext) -> PolicyReply:
-        import openai
-
         if self._client is None:
             self._client = self._make_client()
         request: dict[str, Any] = {"model": self.model, "messages": list(messages), **self.sampling}
@@ -109,22 +115,42 @@ class EndpointPolicy(Policy):
             request["tools"] = list(tools)
         if self.extra_body:
             request.update(self.extra_body)
+        content = to_json_bytes(request)
+        if type(self._client) is ChatHTTP:
+            try:
+                body = await self._client.post(content)
+            except EndpointStatusError as exc:
+                self._raise_status(
+                    exc.status, exc.message, f"{self._where()} answered HTTP {exc.status}: {exc.message}"
+                )
+        else:
+            body = await self._post_sdk(content)
+        return _reply_from_body(body, self._where())
+
+    async def _post_sdk(self, content: bytes) -> Any:
+        import openai
+
         try:
             # the client's default headers already say Content-Type: application/json
-            response = await self._client.post(
-                "/chat/completions", content=to_json_bytes(request), cast_to=_HttpResponse
-            )
-            body = from_json(response.content)
+            response = await self._client.post("/chat/completions", content=content, cast_to=_HttpResponse)
+            return from_json(response.content)
         except openai.APIStatusError as exc:
-            message = _error_message(exc)
-            if exc.status_code in (400, 413) and any(m in message.lower() for m in _CONTEXT_MARKERS):
-                raise ContextOverflowError(f"{self.model}: {message}") from None
-            raise PolicyError(describe_sdk_error(exc, self._where(), self.timeout, self.max_retries)) from None
+            self._raise_status(
+                exc.status_code,
+                _error_message(exc),
+                describe_sdk_error(exc, self._where(), self.timeout, self.max_retries),
+            )
         except openai.OpenAIError as exc:
             raise PolicyError(describe_sdk_error(exc, self._where(), self.timeout, self.max_retries)) from None
         except ValueError as exc:  # json's and orjson's decode errors, bad UTF-8
             raise PolicyError(f"{self._where()} returned a body that is not JSON: {exc}") from None
-        return _reply_from_body(body, self._where())
+
+    def _raise_status(self, status: int, message: str, described: str) -> NoReturn:
+        """An error status as :class:`ContextOverflowError` when it says the prompt is too long, else
+        :class:`PolicyError` (``described``)."""
+        if status in (400, 413) and any(m in message.lower() for m in _CONTEXT_MARKERS):
+            raise ContextOverflowError(f"{self.model}: {message}") from None
+        raise PolicyError(described) from None
 
     def _where(self) -> str:
         return f"endpoint {self.base_url or 'api.openai.com'} (model {self.model})"
