@@ -345,6 +345,20 @@ class TeacherEndpointConfig(Section):
     max_tokens: int = Field(2048, ge=1, le=1_000_000, description="completion tokens per turn")
 
 
+class CorrectionsConfig(Section):
+    """On-policy corrections (``training.corrections``): the current model plays train instances and the
+    demonstrator labels every state it reaches; SFT trains on them beside the demonstrations."""
+
+    enabled: bool = Field(False, description="collect corrections each cycle and train on them (DAgger)")
+    follow: Literal["demonstrator", "model"] = Field(
+        "demonstrator",
+        description="who acts after the model's first disagreement with the demonstrator: demonstrator (back "
+        "on a correct path) or model (its own mistakes lead on)",
+    )
+    n: int = Field(64, ge=1, description="train-split instances per bootcamp the model plays for corrections")
+    aggregate: bool = Field(True, description="train on the corrections of every cycle so far, not this one's alone")
+
+
 class TrainingConfig(Section):
     """Datasets, the embedded model, SFT and RL."""
 
@@ -365,6 +379,9 @@ class TrainingConfig(Section):
         description="a thinking model (its chat template renders "
         "<think>) trains on no oracle rows, which have no reasoning; they "
         "are marked in the dataset either way (column oracle_no_reasoning)",
+    )
+    corrections: CorrectionsConfig = Field(
+        default_factory=CorrectionsConfig, description="on-policy corrections beside the teacher's transcripts"
     )
 
     bootcamps: list[str] = Field(["calculator", "maze"], min_length=1, description="bootcamps trained on")

@@ -38,7 +38,7 @@ from campflow.flows import band
 from campflow.flows.collect import collect_flow
 from campflow.flows.evaluate import evaluate_flow
 from campflow.flows.runners import task_runner
-from campflow.flows.teachers import collect_teachers
+from campflow.flows.teachers import collect_corrections, collect_teachers
 from campflow.report.facts import cycle_facts
 from campflow.report.inspect_log import cycle_runs, export_runs, require_inspect
 from campflow.report.page import write_report
@@ -51,6 +51,7 @@ from campflow.storage.suspicion import largest_rise, mine_suspicious
 from campflow.storage.workspace import Workspace
 from campflow.synthesis.curriculum import current_level, train_levels
 from campflow.tasks.artifacts import cycle_artifacts_task
+from campflow.tasks.corrections import corrected_dataset_task
 from campflow.tasks.synthesis import (
     mine_failures_task,
     synthesize_task,
@@ -293,11 +294,18 @@ def _collect(run: CycleRun) -> dict[str, Any]:
         variant_ids=run.state.get("variant_ids") or [],
         levels=run.levels,
     )
-    return {"collect_run": runs[0], "collect_runs": runs}
+    corrections = None
+    if run.cfg.training.corrections.enabled:  # the model plays, the demonstrator labels its states (DAgger)
+        corrections = collect_corrections(run.cfg, run.servers, run.model.path, run.cycle.cycle_id, levels=run.levels)
+    return {"collect_run": runs[0], "collect_runs": runs, "corrections_run": corrections}
 
 
 def _dataset(run: CycleRun) -> dict[str, Any]:
     collected = run.state.get("collect_runs") or [run.state["collect_run"]]
+    if run.state.get("corrections_run"):
+        return {
+            "dataset": corrected_dataset_task(run.cfg, collected, run.state["corrections_run"], str(run.model.path))
+        }
     return {"dataset": build_dataset_task(run.cfg, collected, str(run.model.path))}
 
 

@@ -76,3 +76,68 @@ def collect_teachers(
             )
             runs.append(oracle_run)
     return runs
+
+
+def collect_corrections(
+    cfg: CampflowConfig,
+    servers: CheckpointServers,
+    model_path: Path,
+    cycle_id: str,
+    *,
+    levels: dict[str, list[int]] | None = None,
+) -> str:
+    """On-policy corrections (``training.corrections``): the model at ``model_path`` plays
+    ``training.corrections.n`` train instances per bootcamp at the curriculum's ``levels``, and the
+    demonstrator labels every state it reaches (:mod:`campflow.training.corrections`). The episodes are
+    recorded as run ``<cycle>-corrections`` (kind ``corrections``), the labels in ``corrections``; returns
+    the run id. No eval or probe instance is played."""
+    import asyncio
+
+    from campflow.agents.factory import build_policy
+    from campflow.bootcamps.splits import assert_not_held_out
+    from campflow.flows.collect import collection_instances
+    from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episodes
+    from campflow.storage.workspace import Workspace
+    from campflow.training.corrections import CorrectingPolicy, write_corrections
+
+    run_id = f"{cycle_id}-corrections"
+    ws = Workspace.from_config(cfg)
+    store = ws.store
+    sub = cfg.model_copy(deep=True)
+    sub.training.collect_n = cfg.training.corrections.n
+    sub.synthesis.share = 0.0  # generated train instances only: a variant's probes stay unplayed
+    instances, _ = collection_instances(sub, ws, levels=levels)
+    assert_not_held_out((i.id for i in instances), store.eval_ids(), store.probe_ids(), what="corrections")
+    store.write_instances(instances, split="train")
+    policy = CorrectingPolicy(build_policy(servers.policy(model_path)), cfg.training.corrections.follow)
+    store.start_run(run_id, "corrections", cfg.model_dump(mode="json"), policy.model_id)
+    try:
+        bootcamps = {b.name: b for b in ws.bootcamps(cfg.training.bootcamps)}
+        specs = [EpisodeSpec(bootcamps[i.bootcamp], i) for i in instances]
+
+        async def play() -> list:
+            try:
+                return await run_episodes(
+                    specs,
+                    policy,
+                    RolloutSettings.from_config(cfg.rollout),
+                    run_id=run_id,
+                    concurrency=cfg.rollout.concurrency,
+                )
+            finally:
+                await policy.model.aclose()
+
+        episodes = asyncio.run(play())
+        store.write_episodes(episodes)
+        labels = write_corrections(store, run_id, policy.corrections)
+        agreed = sum(c.agreed for c in policy.corrections)
+        store.finish_run(
+            run_id,
+            "completed",
+            {"episodes": len(episodes), "corrections": labels, "agreed": agreed, "follow": policy.follow},
+        )
+    except BaseException as exc:
+        store.fail_run(run_id, exc)
+        raise
+    servers.check()
+    return run_id

@@ -395,6 +395,29 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         )""",
         ],
     ),
+    (
+        12,
+        "on-policy corrections: the demonstrator's next action at each state the model reached",
+        [
+            # campflow.training.corrections: one row per turn of a corrections run (DAgger's labels)
+            """CREATE TABLE corrections (
+            correction_id VARCHAR PRIMARY KEY, -- hash of (run, instance, sample, turn)
+            run_id VARCHAR NOT NULL,
+            episode_id VARCHAR NOT NULL,       -- the episode the model played (episodes.episode_id)
+            bootcamp VARCHAR NOT NULL,
+            instance_id VARCHAR NOT NULL,
+            turn INTEGER NOT NULL,             -- the turn labelled, from 0
+            context JSON NOT NULL,             -- the messages the model saw before it (its own history)
+            label_tool VARCHAR NOT NULL,       -- the demonstrator's next action from that state
+            label_arguments JSON NOT NULL,
+            model_tool VARCHAR,                -- the model's first valid call there (NULL: none)
+            model_arguments JSON,
+            agreed BOOLEAN NOT NULL,           -- whether the model's call was the label's
+            played VARCHAR NOT NULL,           -- who acted at this turn: model, demonstrator
+            created_at TIMESTAMP NOT NULL
+        )""",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
