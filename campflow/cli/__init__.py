@@ -59,6 +59,7 @@ COMMAND_MODULES = (
     "view",
     "housekeeping",
     "integrity",
+    "proxy",
 )
 
 

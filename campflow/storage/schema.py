@@ -381,6 +381,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             # campflow.proxy.production (`campflow proxy serve`): the upstream's own time, apart from the proxy's
             "ALTER TABLE proxy_calls ADD COLUMN upstream_latency_s DOUBLE",
             "ALTER TABLE proxy_calls ADD COLUMN conversation VARCHAR",  # where the episode id came from: path, header, none
+            # campflow.flows.watch: judged production failures counted beside evaluation failures
+            "ALTER TABLE watch_decisions ADD COLUMN production_failures INTEGER",
+            "ALTER TABLE watch_decisions ADD COLUMN crossed_clusters VARCHAR[]",  # production clusters past their threshold
             # campflow.proxy.judging: feedback, a reward function or an LLM judge; docs/from-production.md
             """CREATE TABLE production_judgements (
             judgement_id VARCHAR PRIMARY KEY,
@@ -476,6 +479,19 @@ VIEWS: dict[str, str] = {
                 UNION ALL SELECT max(created_at) FROM checkpoints WHERE kind IN ('sft', 'rl'))),
               TIMESTAMP '1970-01-01')
         GROUP BY e.bootcamp, e.model_id, e.termination""",
+    # Judged production failures since the last training, per production run and failure cluster: what
+    # `watch` counts beside new_failures (campflow.proxy.judging files them; production_threshold).
+    "new_production_failures": f"""
+        SELECT e.run_id, f.cluster_id, c.label, count(*) AS failures, max(e.created_at) AS latest
+        FROM episodes e JOIN runs r USING (run_id)
+        LEFT JOIN failures f ON f.episode_id = e.episode_id
+        LEFT JOIN clusters c ON c.cluster_id = f.cluster_id
+        WHERE r.kind = 'production' AND e.termination IN {MODEL_FAILURES_SQL}
+          AND e.created_at > coalesce((SELECT max(t) FROM (
+                SELECT max(finished_at) AS t FROM cycles WHERE status = 'completed'
+                UNION ALL SELECT max(created_at) FROM checkpoints WHERE kind IN ('sft', 'rl'))),
+              TIMESTAMP '1970-01-01')
+        GROUP BY e.run_id, f.cluster_id, c.label""",
     "checkpoint_lineage": """
         WITH RECURSIVE chain(model_id, ancestor_id, kind, dataset_id, depth) AS (
             SELECT model_id, model_id, kind, dataset_id, 0 FROM checkpoints
