@@ -159,6 +159,18 @@ def watch(config: Path | None = ConfigOption, db: Path | None = DbOption) -> Non
         f"{decision.new_failures} new model failure(s) since the last training; threshold "
         f"{decision.threshold}: {'started a cycle' if decision.started else 'no cycle started'}"
     )
+    production = decision.production
+    if production is not None and (production.total or cfg.watch.production_threshold is not None):
+        crossed = ", ".join(
+            f"{c} ({production.labels.get(c) or '?'}: {production.by_cluster[c]})" for c in decision.crossed
+        )
+        console.print(
+            f"{production.total} judged production failure(s) since the last training (threshold "
+            f"{cfg.watch.production_threshold}, per cluster {cfg.watch.production_cluster_threshold}); "
+            f"clusters that crossed: {crossed or 'none'}",
+            markup=False,
+            soft_wrap=True,
+        )
     if decision.busy:
         console.print(f"no cycle could start: {decision.busy}")
     if decision.started:
