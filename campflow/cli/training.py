@@ -139,9 +139,17 @@ def dataset_build(
 @app.command()
 def export(
     fmt: str = typer.Option(
-        "hf", "--format", "-f", help="hf (a datasets folder) | verl (RL parquet) | inspect (Inspect AI eval logs)"
+        "hf",
+        "--format",
+        "-f",
+        help="hf (a datasets folder) | verl (RL parquet) | inspect (Inspect AI eval logs) | verifiers (bootcamps "
+        "as a verifiers environment package)",
     ),
     runs: str | None = typer.Option(None, "--runs", help="comma-separated run ids"),
+    bootcamps: str | None = typer.Option(
+        None, "--bootcamps", "-b", help="verifiers: comma-separated bootcamps to export (train-split instances)"
+    ),
+    per_bootcamp: int = typer.Option(64, "--n", min=1, help="verifiers: train instances per bootcamp"),
     merge: str | None = typer.Option(
         None, "--merge", help="an adapter checkpoint (id or path): write it merged into its base as one model folder"
     ),
@@ -152,8 +160,26 @@ def export(
     """Export filtered episodes (a Hugging Face dataset for TRL, or verl-style parquet for RL at scale), runs as
     Inspect AI eval logs for `inspect view --log-dir OUT` (one sample per episode), or an adapter checkpoint
     merged into its base (--merge)."""
-    if fmt not in ("hf", "verl", "inspect"):
-        raise typer.BadParameter(f"format {fmt!r}: expected 'hf', 'verl' or 'inspect'", param_hint="--format")
+    if fmt not in ("hf", "verl", "inspect", "verifiers"):
+        raise typer.BadParameter(
+            f"format {fmt!r}: expected 'hf', 'verl', 'inspect' or 'verifiers'", param_hint="--format"
+        )
+    if fmt == "verifiers":
+        if bootcamps is None or runs is not None or merge is not None:
+            raise typer.BadParameter(
+                "--format verifiers exports --bootcamps (not --runs or --merge)", param_hint="--bootcamps"
+            )
+        from campflow.envserve.verifiers_export import export_verifiers
+
+        package = export_verifiers(config_with(config, db), bootcamp_names(bootcamps), out, per_bootcamp)
+        rows = ", ".join(f"{name} {n}" for name, n in package.rows.items())
+        console.print(
+            f"wrote {out}: module {package.module} (train instances: {rows}); episodes go to run {package.run_id}"
+        )
+        console.print(
+            f"try: pip install -e {out} (in verifiers' environment), then vf-eval {package.module}", markup=False
+        )
+        return
     if (runs is None) == (merge is None):
         raise typer.BadParameter(
             "give exactly one of --runs (episodes to export) and --merge (an adapter checkpoint)",
