@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -33,30 +35,22 @@ def trained_workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _launch(launcher: list[str], ws: Path) -> subprocess.CompletedProcess:
+def _env(ws: Path) -> dict[str, str]:
     env = {**os.environ, "PREFECT_HOME": str(ws / "prefect"), "CAMPFLOW__WORKSPACE__PATH": str(ws), "COLUMNS": "200"}
     for leftover in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_CPU"):
         env.pop(leftover, None)
-    return subprocess.run(
-        [
-            *launcher,
-            "-m",
-            "campflow.cli",
-            "train",
-            "sft",
-            "--from",
-            "base-fixed",
-            "--dataset",
-            "sft-fixed",
-            "--steps",
-            "2",
-        ],
-        cwd=ws,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return env
+
+
+def _train(launcher: list[str], steps: int = 2) -> list[str]:
+    return [*launcher, "-m", "campflow.cli", "train", "sft", "--from", "base-fixed", "--dataset", "sft-fixed"] + [
+        "--steps",
+        str(steps),
+    ]
+
+
+def _launch(launcher: list[str], ws: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(_train(launcher), cwd=ws, env=_env(ws), capture_output=True, text=True, timeout=300)
 
 
 def _sft_rows(ws: Path) -> list[dict]:
@@ -86,6 +80,58 @@ def test_two_processes_train_and_only_the_main_one_writes_the_store_and_checkpoi
     single = _launch([str(BIN / "accelerate"), "launch", "--cpu", "--num_processes", "1"], ws)
     assert single.returncode == 0, single.stderr[-2000:]
     assert len({r["model_id"] for r in _sft_rows(ws)}) == 2, "two processes see twice the batch: another model"
+
+
+def test_two_machines_on_one_host_train_a_step_and_only_machine_0_writes_the_checkpoint(
+    trained_workspace: Path,
+) -> None:
+    """`accelerate launch` once per machine (``--num_machines 2``, each its ``--machine_rank``), meeting at
+    machine 0's address; here both "machines" are this host and share the workspace, as two hosts share a
+    workspace path. Without GPUs the processes talk over gloo."""
+    ws = trained_workspace
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    machines = [
+        subprocess.Popen(
+            _train(
+                [
+                    str(BIN / "accelerate"),
+                    "launch",
+                    "--multi_gpu",  # torchrun's launcher, on CPUs too
+                    "--num_machines",
+                    "2",
+                    "--num_processes",
+                    "2",
+                    "--machine_rank",
+                    str(rank),
+                    "--main_process_ip",
+                    "127.0.0.1",
+                    "--main_process_port",
+                    str(port),
+                ],
+                steps=1,
+            ),
+            cwd=ws,
+            env=_env(ws),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        outputs = [m.communicate(timeout=300) for m in machines]
+    finally:
+        for m in machines:
+            m.kill()
+    for m, (_, err) in zip(machines, outputs, strict=True):
+        assert m.returncode == 0, err[-3000:]
+    rows = _sft_rows(ws)
+    assert len(rows) == 1, "one checkpoint row, written once"
+    assert sorted(p.name for p in (ws / "models").iterdir()) == [rows[0]["model_id"]], "no second or partial folder"
+    assert [out.count("evaluate it:") for out, _ in outputs] == [1, 0], "machine 0 reports, machine 1 does not"
+    assert json.loads(rows[0]["metrics"])["steps"] == 1
 
 
 def test_grpos_scale_options_pass_from_the_config_to_trl_and_are_off_by_default(tmp_path: Path) -> None:
