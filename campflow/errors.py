@@ -120,6 +120,11 @@ class EnvServerError(CampflowError):
     exit_code = 2
 
 
+class ClusterLostError(CampflowError):
+    """The Ray cluster a run fans out to stopped answering (its head is gone); the episodes written so
+    far are kept and the run completes with ``--run-id`` once a cluster is back."""
+
+
 class ServingError(CampflowError):
     """A server for a checkpoint could not be started, answered wrongly, or died (``serving`` config)."""
 

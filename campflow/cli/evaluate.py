@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from campflow.cli.common import (
     when_stopped,
 )
 from campflow.cli.display import print_table
+from campflow.errors import CampflowError
 
 
 def quiet_prefect() -> None:
@@ -26,6 +28,12 @@ def quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
     # the ephemeral API server would try to send telemetry, and print an error line where there is no network
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # a campflow error that ends a flow is said once, in the CLI's one line, not also as Prefect's traceback
+    logging.getLogger("prefect.flow_runs").addFilter(_not_campflow_errors)
+
+
+def _not_campflow_errors(record: logging.LogRecord) -> bool:
+    return not (record.exc_info and isinstance(record.exc_info[1], CampflowError))
 
 
 @app.command("eval")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from prefect.futures import as_completed
+import queue
+from collections.abc import Iterator
+
+from prefect.futures import PrefectFuture
 
 from campflow import progress
 from campflow.config import PolicyConfig, RolloutConfig
-from campflow.flows.runners import in_process
+from campflow.flows.runners import ClusterWatch, in_process, spread
 from campflow.rollout.episode import Episode
 from campflow.sources import registered_imports
 from campflow.storage.store import Store
@@ -35,11 +38,12 @@ def record_rollouts(
     reporter = progress.current()
     reporter.start("episodes", "episodes", len(items))
     imports = registered_imports()  # rollout workers in other processes must register them too
-    futures = [
-        rollout_shard.submit(shard, policy, rollout, run_id, imports) for shard in chunks(items, rollout.shard_size)
-    ]
+    with spread(rollout):
+        futures = [
+            rollout_shard.submit(shard, policy, rollout, run_id, imports) for shard in chunks(items, rollout.shard_size)
+        ]
     written = 0
-    for future in as_completed(futures):
+    for future in finished(futures, ClusterWatch(rollout, run_id)):
         episodes = future.result()
         written += store.write_episodes(episodes)
         for episode in episodes:
@@ -49,6 +53,20 @@ def record_rollouts(
                 reporter.episode("episodes", episode.tokens, episode.turns, episode.latency_s)
     reporter.finish("episodes")
     return written
+
+
+def finished(futures: list[PrefectFuture], watch: ClusterWatch, every: float = 2.0) -> Iterator[PrefectFuture]:
+    """``futures`` in the order they finish; while none finishes, ``watch`` is checked every ``every`` s."""
+    done: queue.Queue[PrefectFuture] = queue.Queue()
+    for future in futures:
+        future.add_done_callback(done.put)
+    for _ in futures:
+        while True:
+            try:
+                yield done.get(timeout=every)
+                break
+            except queue.Empty:
+                watch.check()
 
 
 def record_agent_rollouts(
