@@ -282,7 +282,24 @@ class RLSettings(Section):
     loss_type: str = Field(
         "dapo",
         description="TRL's GRPO loss normalization: dapo (per token over the batch), grpo (per rollout, then the mean), "
-        "dr_grpo, bnpo, ...; TRL validates the name",
+        "dr_grpo (by a global constant, with scale_rewards none: Dr. GRPO), bnpo, cispo, sapo; TRL validates the name",
+    )
+    epsilon: float = Field(0.2, gt=0, lt=1, description="TRL's clip range of the importance ratio, below")
+    epsilon_high: float | None = Field(
+        None, gt=0, lt=1, description="the clip range above (DAPO's clip-higher, e.g. 0.28); null: epsilon"
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="TRL's advantage scaling: by the group's reward std, the batch's, or none (Dr. GRPO)"
+    )
+    drop_equal_groups: bool = Field(
+        False,
+        description="groups whose rewards are all equal (no advantage) leave the loss and its token count, so "
+        "they do not dilute the groups that teach (DAPO's dynamic sampling without the refill)",
+    )
+    band_balance: bool = Field(
+        False,
+        description="improve: no (level, divergence kind) group of the band takes more than an equal share of RL's "
+        "prompts (the kind: the commonest of its failed calibration samples)",
     )
     temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts")
     max_completion_length: int | None = Field(

@@ -64,7 +64,40 @@ def find_band(cfg: CampflowConfig, runner: object, sft_path: Path, run_id: str, 
     band = band_ids(ws.store, run_id)
     ordered = sorted(band, key=lambda iid: hashlib.sha256(f"holdout:{iid}".encode()).hexdigest())
     held = round(rl.band_holdout * len(ordered)) if len(ordered) > 1 else 0
-    return Band(run_id, len(candidates), sorted(ordered[held:]), sorted(ordered[:held]))
+    prompts = sorted(ordered[held:])
+    if rl.band_balance and prompts:
+        prompts = balanced(prompts, band_groups(ws.store, run_id, prompts))
+    return Band(run_id, len(candidates), prompts, sorted(ordered[:held]))
+
+
+def band_groups(store: Store, run_id: str, instance_ids: list[str]) -> dict[str, tuple[int, str]]:
+    """Each band instance's (level, divergence kind): the commonest kind among its failed calibration
+    samples (:mod:`campflow.synthesis.divergence`; ``none`` where none was found)."""
+    from campflow.synthesis.divergence_records import record_divergences
+
+    record_divergences(store, run_id)
+    rows = store.query(
+        """SELECT e.instance_id, any_value(e.level) AS level,
+                  coalesce(mode(d.kind) FILTER (WHERE d.kind IS NOT NULL), 'none') AS kind
+           FROM episodes e LEFT JOIN divergences d ON d.run_id = e.run_id AND d.episode_id = e.episode_id
+           WHERE e.run_id = ? AND e.instance_id IN (SELECT unnest(?)) GROUP BY e.instance_id""",
+        [run_id, instance_ids],
+    )
+    return {r["instance_id"]: (int(r["level"] or 0), r["kind"]) for r in rows}
+
+
+def balanced(prompts: list[str], groups: dict[str, tuple[int, str]]) -> list[str]:
+    """``prompts`` with no (level, kind) group above an equal share of them: smaller groups kept whole, the
+    larger cut to the share (which ones: by a hash of the id, so the same band keeps the same prompts)."""
+    by_group: dict[tuple[int, str], list[str]] = {}
+    for iid in prompts:
+        by_group.setdefault(groups.get(iid, (0, "none")), []).append(iid)
+    share = -(-len(prompts) // len(by_group))
+    kept = []
+    for members in by_group.values():
+        members.sort(key=lambda iid: hashlib.sha256(f"balance:{iid}".encode()).hexdigest())
+        kept += members[:share]
+    return sorted(kept)
 
 
 def _shared_server(ws: Workspace, instance: Instance) -> bool:

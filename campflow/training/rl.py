@@ -216,6 +216,7 @@ def episode_trainer_class() -> type:
 
     class EpisodeGRPOTrainer(GRPOTrainer):
         final_tools: dict[str | None, set[str]] = {}
+        drops_equal_groups: bool = False  # rl.drop_equal_groups: :func:`drop_equal_groups` on every batch
 
         def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
             super().__init__(*args, **kwargs)
@@ -240,7 +241,38 @@ def episode_trainer_class() -> type:
         def _get_tool_suffix_ids(self, tool_messages):  # noqa: ANN001, ANN202
             return super()._get_tool_suffix_ids(as_evaluated(tool_messages))
 
+        def _generate_and_score_completions(self, inputs):  # noqa: ANN001, ANN202
+            out = super()._generate_and_score_completions(inputs)
+            if self.drops_equal_groups and self.model.training and self.accelerator.num_processes == 1:
+                dropped = drop_equal_groups(out, self.num_generations)
+                self._metrics["train"]["frac_groups_dropped"].append(dropped)
+            return out
+
     return EpisodeGRPOTrainer
+
+
+def drop_equal_groups(batch: dict[str, Any], group: int) -> float:
+    """Take the groups of ``batch`` (TRL's scored generations, ``group`` rollouts a prompt, in order) whose
+    advantages are all zero (every reward equal) out of the loss: their completion mask is cleared and
+    ``num_items_in_batch`` counts only the tokens left, so under ``dapo`` or ``dr_grpo`` they no longer
+    dilute the groups that differ. Returns the share of groups dropped (all of them: the batch is left as it
+    was, its loss is zero anyway). One process: the rows of a group are side by side in its batch."""
+    import torch
+
+    advantages, mask = batch["advantages"], batch["completion_mask"]
+    if advantages.numel() % group:
+        return 0.0
+    equal = torch.isclose(advantages.view(-1, group), torch.zeros(()), atol=1e-6).all(dim=1)
+    if not equal.any() or equal.all():
+        return float(equal.float().mean())
+    rows = equal.repeat_interleave(group)
+    kept = mask.clone()
+    kept[rows.to(kept.device)] = 0
+    batch["completion_mask"] = kept
+    if isinstance(batch.get("num_items_in_batch"), torch.Tensor):  # TRL's count: completion and tool masks
+        loss_mask = kept if batch.get("tool_mask") is None else kept * batch["tool_mask"]
+        batch["num_items_in_batch"] = loss_mask.sum().to(batch["num_items_in_batch"])
+    return float(equal.float().mean())
 
 
 def as_evaluated(tool_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -296,6 +328,9 @@ def grpo_arguments(
         temperature=cfg.temperature,
         beta=cfg.beta,
         loss_type=cfg.loss_type,
+        epsilon=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high,
+        scale_rewards=cfg.scale_rewards,
         logging_steps=1,
         **saving_args(save_steps, cfg.max_steps),
         use_vllm=cfg.use_vllm,
@@ -391,6 +426,7 @@ def train_rl(
         )
         trainer_class = episode_trainer_class()
         trainer_class.final_tools = final_tools(bootcamps)
+        trainer_class.drops_equal_groups = cfg.drop_equal_groups
         trainer = quiet(
             trainer_class(
                 model=start.model,
