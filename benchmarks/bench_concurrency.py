@@ -3,9 +3,12 @@
 The endpoint runs in its own process (as a real model server would) and answers every request after
 50 ms. With 64 episodes in flight, the ideal wall time is calls x latency / concurrency; the ratio of
 the measured wall time to that ideal is the client's overhead (goal: <= 1.3). Each timed run includes
-creating the SDK client; importing the SDK, once per process, is timed apart. The same workload also
-runs through the SDK's ``chat.completions.create`` path with pydantic models, and, as a reference for
-what the SDK's request layer costs, through a bare aiohttp session with no SDK, side by side.
+creating the client; importing the SDK, once per process, is timed apart. The same workload also runs
+through the SDK's own ``post`` on its aiohttp client (campflow's client before issue 41), its httpx
+client (``transport: httpx``), its ``chat.completions.create`` path with pydantic models, and, as a
+reference for what any client costs, a bare aiohttp session with no retries, side by side. The endpoint
+shares the machine's cores with the client: on a loaded machine every row's ratio grows, so compare
+rows of one run.
 
 Run: python benchmarks/bench_concurrency.py [--episodes 1000] [--latency 0.05] [--concurrency 64]
 """
@@ -22,6 +25,14 @@ from campflow.agents.openai_policy import EndpointPolicy
 from campflow.bootcamps import registry
 from campflow.bootcamps.splits import eval_instances
 from campflow.rollout.engine import EpisodeSpec, run_episodes
+
+
+class SdkPostPolicy(EndpointPolicy):
+    """campflow's client before issue 41: the same raw post, through the SDK's own ``post`` on its
+    aiohttp client (retries and errors by the SDK), measured beside the client that replaced it."""
+
+    def _make_client(self):  # type: ignore[override]
+        return self._make_sdk_client()
 
 
 class SdkModelsPolicy(EndpointPolicy):
@@ -110,6 +121,7 @@ def main() -> None:
         rows = []
         for label, policy in [
             ("campflow (raw post, aiohttp)", EndpointPolicy("scripted", base_url=url, transport="aiohttp")),
+            ("before: SDK post, aiohttp", SdkPostPolicy("scripted", base_url=url, transport="aiohttp")),
             ("campflow (raw post, httpx)", EndpointPolicy("scripted", base_url=url, transport="httpx")),
             ("SDK create() + models, httpx", SdkModelsPolicy("scripted", base_url=url, transport="httpx")),
             ("no SDK: bare aiohttp (reference)", BareAiohttpPolicy("scripted", base_url=url)),

@@ -2,8 +2,9 @@
 
 Both sides start from the same pre-generated instances and do the same bootcamp work (new state, the
 oracle's next action, the tool call, the score); the engine adds messages, JSON tool calls, parsing,
-validation, the transcript and accounting. Goal: ratio <= 1.5. A third loop does only what any engine
-must add (the prompt, the call as JSON parsed and validated back, both messages recorded), as a floor.
+validation, the transcript and accounting. Goal: ratio <= 1.3 (issue 41). A third loop does only what
+any engine must add (the prompt, the call as JSON parsed and validated back, both messages recorded,
+every transcript kept until the batch is done, as the engine returns them), as a floor.
 
 Run: python benchmarks/bench_engine.py [--episodes 2000] [--repeats 3]
 """
@@ -36,8 +37,10 @@ def plain_loop(specs: list[EpisodeSpec]) -> int:
 
 def essentials_loop(specs: list[EpisodeSpec]) -> int:
     """What any engine must add, and nothing else: the prompt, each call as JSON text parsed and validated
-    back, both messages recorded. No asyncio, accounting or error handling: a floor for the ratio."""
-    solved = 0
+    back, both messages recorded, the transcripts kept (the engine returns them: holding 2,000 of them
+    costs allocations the plain loop's recycled memory does not). No asyncio, accounting or error
+    handling: a floor for the ratio."""
+    solved, kept = 0, []
     for spec in specs:
         b, inst = spec.bootcamp, spec.instance
         state = b.new_state(inst)
@@ -62,6 +65,7 @@ def essentials_loop(specs: list[EpisodeSpec]) -> int:
                 state.finished = True
                 break
         solved += b.score(inst, state, transcript).success
+        kept.append(transcript)
     return solved
 
 
@@ -91,10 +95,11 @@ def main() -> None:
         f"engine {best['engine']:.3f}s"
     )
     print(
-        f"essentials only (JSON call parsed and validated, transcript): {best['essentials']:.3f}s, "
-        f"{best['essentials'] / best['plain']:.2f}x the plain loop"
+        f"essentials only (JSON call parsed and validated, transcripts kept): {best['essentials']:.3f}s, "
+        f"{best['essentials'] / best['plain']:.2f}x the plain loop; engine/essentials "
+        f"{best['engine'] / best['essentials']:.2f}"
     )
-    print(f"RATIO engine overhead: engine/plain = {best['engine'] / best['plain']:.2f} (goal <= 1.5)")
+    print(f"RATIO engine overhead: engine/plain = {best['engine'] / best['plain']:.2f} (goal <= 1.3)")
 
 
 if __name__ == "__main__":

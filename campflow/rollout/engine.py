@@ -499,16 +499,11 @@ async def run_episodes(
     if concurrency < 1:
         raise ValueError(f"concurrency = {concurrency}: expected at least 1")
     results: list[Episode | None] = [None] * len(specs)
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(len(specs)):
-        queue.put_nowait(i)
+    # one iterator shared by the workers: they run on one loop, so each index is taken once
+    indices = iter(range(len(specs)))
 
     async def worker() -> None:
-        while True:
-            try:
-                i = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
+        for i in indices:
             episode = await run_episode(specs[i], policy, settings, run_id)
             results[i] = episode
             if on_episode is not None:
