@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -53,6 +54,13 @@ def _holder(path: Path, exc: Exception, *, read_only: bool) -> str:
     )
 
 
+# DuckDB opens a database instance on a file's first connection and drops it on its last close; two threads
+# that open the same file at once can each see an instance whose Python scan functions are not yet there
+# ("Table Function with name python_arrow_scan does not exist" on the first register), so this process opens
+# one connection at a time (the agent runner writes calls and episodes from several threads)
+_OPENING = threading.Lock()
+
+
 def connect(
     path: Path, *, read_only: bool, wait_s: float, config: dict[str, Any] | None = None
 ) -> duckdb.DuckDBPyConnection:
@@ -70,7 +78,8 @@ def connect(
     noted = False
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only, config=config or {})
+            with _OPENING:
+                return duckdb.connect(str(path), read_only=read_only, config=config or {})
         except duckdb.IOException as exc:
             if not _is_lock_error(exc):
                 raise StoreError(f"cannot open the store at {path}: {one_line(exc)}") from None
