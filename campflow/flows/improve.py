@@ -435,9 +435,12 @@ def _run_cycle(cfg: CampflowConfig, store: Store, cycle: cycles.Cycle) -> CycleS
             cycle.base_model_id = current
             # the train-side levels are fixed for the whole cycle when it starts, so a resume keeps them
             levels = {b: train_levels(store, b, cfg.training.levels) for b in cfg.training.bootcamps}
-            cycles.save_step(store, cycle, "start", model=current, levels=levels)
+            cycles.save_step(store, cycle, "start", model=current, levels=levels, agent=cfg.rollout.agent)
         model = checkpoints.get(store, state["model"])
         cycle.base_model_id = model.model_id
+        if state.get("agent") and cfg.rollout.agent is None:  # a cycle of a user's agent resumes with that agent
+            cfg = cfg.model_copy(deep=True)
+            cfg.rollout.agent = state["agent"]
         # vision bootcamps in the mode this model reads, in every step (teachers and served checkpoints too)
         cfg = servers.cfg = with_observation(cfg, model.path)
         run = CycleRun(cfg, store, cycle, runner, servers, model)
