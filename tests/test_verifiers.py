@@ -152,7 +152,7 @@ def test_a_single_turn_math_environment_imports_vets_evaluates_and_trains_one_sf
     trained = train_sft(
         store, cfg.workspace.path, base.model_id, build.dataset_id, cfg.training.sft.model_copy(update={"max_steps": 1})
     )
-    assert trained.checkpoint.parent == base.model_id
+    assert trained.checkpoint.parent_model_id == base.model_id and trained.checkpoint.dataset_id == build.dataset_id
 
 
 def test_a_stateful_tool_environment_rewards_the_tools_work_not_the_answer_alone(workspace) -> None:

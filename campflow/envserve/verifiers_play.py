@@ -57,6 +57,7 @@ class Player:
         self.episodes: dict[str, Any] = {}
         self.samples: dict[str, int] = {}
         self.lock = threading.Lock()
+        self.writing = threading.Lock()  # one store write at a time: replies run on many threads
 
     def open(self, bootcamp: str, params: dict[str, Any], seed: int) -> dict[str, Any]:
         from campflow.bootcamps.splits import is_eval_seed
@@ -73,7 +74,8 @@ class Player:
         with self.lock:
             self.samples[instance.id] = sample = self.samples.get(instance.id, -1) + 1
             self.episodes[key] = (episode, sample)
-        self.workspace.store.write_instances([instance], split="train")
+        with self.writing:
+            self.workspace.store.write_instances([instance], split="train")
         out: dict[str, Any] = {"episode": key, "prompt": episode.prompt, "tools": episode.tools}
         if episode.episode is not None:  # setting it up failed: over before a reply
             out["outcome"] = self._finish(key, episode.episode)
@@ -117,7 +119,8 @@ class Player:
         with self.lock:
             _, sample = self.episodes.pop(key)
         recorded = dataclasses.replace(episode, run_id=self.run_id, model_id=MODEL_ID, sample=sample)
-        self.workspace.store.write_episodes([recorded.freeze()])
+        with self.writing:
+            self.workspace.store.write_episodes([recorded.freeze()])
         return {
             "reward": recorded.reward,
             "success": recorded.success,
