@@ -11,18 +11,17 @@ loads it) or a ``.py`` file defining ``load_environment(**kwargs)``. Each reques
 line with an ``id`` and an ``op``; each reply carries the ``id`` and ``result`` or ``error`` (one line
 naming what failed). Requests run concurrently, so many episodes share one process:
 
-``describe``   the environment's class and protocol, its tools (name, description, JSON schema), turn
-               budget, reward functions with their weights, and the rows of ``dataset`` and
-               ``eval_dataset`` (prompt messages, answer, info, task)
-``open``       a rollout state for one row (``split``, ``index``), set up as the environment sets it up
-``step``       one assistant message into the rollout: the environment's stop conditions are asked,
-               then its ``env_response`` (tool calls run here, ``update_tool_args`` included); returns
-               the messages it answered and whether the rollout is over
-``finish``     the final assistant reply (``answer``; none when the episode ended without one), then
-               the environment's cleanup and its rubric: ``reward`` (the weighted sum), ``metrics``
-``close``      drop a rollout without scoring it
-``score``      ``open`` and ``finish`` at once: the rubric's reward of ``answer`` as the only reply
-=============  ==========================================================================================
+- ``describe``: the environment's class and protocol, its tools (name, description, JSON schema), turn
+  budget, reward functions with their weights, and the rows of ``dataset`` and ``eval_dataset`` (prompt
+  messages, answer, info, task);
+- ``open``: a rollout state for one row (``split``, ``index``), set up as the environment sets it up;
+- ``step``: one assistant message into the rollout: the environment's stop conditions are asked, then its
+  ``env_response`` (tool calls run here, ``update_tool_args`` included); answers the messages it said and
+  whether the rollout is over;
+- ``finish``: the final assistant reply (``answer``; none where the episode ended without one), then the
+  environment's cleanup and its rubric: ``reward`` (the weighted sum) and ``metrics``;
+- ``close``: drop a rollout without scoring it;
+- ``score``: ``open`` and ``finish`` at once: the rubric's reward of ``answer`` as the only reply.
 
 The rollout is the environment's own, step by step: :meth:`MultiTurnEnv.rollout` asks the model for each
 turn where here campflow's engine hands the turn in, so what the environment does between turns is
