@@ -457,3 +457,103 @@ def test_the_judges_reply_must_score_every_conversation_once() -> None:
     for text in ("no json here", '{"scores": [{"episode": 1, "score": 1}]}', '[{"episode": 1, "score": 3}]'):
         with pytest.raises(JudgeError):
             read_scores(text, 2)
+
+
+LEDGER = str(Path(__file__).resolve().parent / "mcp_servers" / "ledger_server.py")
+
+
+@pytest.mark.slow  # MCP servers started for the import's vetting and each proposal's checks (~1-3 s each)
+def test_a_production_failure_cluster_becomes_a_validated_task_row_with_its_lineage(tmp_path: Path) -> None:
+    """Judged production failures, clustered; a scripted synthesis endpoint proposes three ledger tasks."""
+    from campflow.mcp.server import ServerSpec
+    from campflow.mcp.tasks import parse_tasks
+    from campflow.proxy.production import spooled_calls_to_arrow
+    from campflow.proxy.records import ProxyCall, calls_to_arrow
+    from campflow.storage.imports import import_mcp_tasks
+    from campflow.storage.store import now
+    from campflow.synthesis.from_production import synthesize_from_production
+    from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
+
+    store = Store(tmp_path / "ws" / "campflow.duckdb")
+    task = {
+        "id": "open-one",
+        "level": 1,
+        "prompt": "Open account a with 5.",
+        "reference": [{"tool": "open_account", "arguments": {"name": "a", "balance": 5}}],
+        "checks": [{"call": {"tool": "balances"}, "path": ["a"], "equals": 5}],
+    }
+    import_mcp_tasks(
+        "mcp-ledger",
+        ServerSpec(command=[sys.executable, LEDGER, "--seed", "{seed}"]),
+        parse_tasks([json.dumps(task)], "ledger.jsonl"),
+        store,
+    )
+    conversation = [
+        {"role": "user", "content": "Open an account for Bo with 12 and move 3 to it from savings."},
+        {"role": "assistant", "content": "I opened the account for Bo with 12."},
+    ]
+    calls = [
+        ProxyCall(f"c{k}", f"bank-{k}", 0, "upstream", "shop-model", 200, now(),
+                  request={"messages": conversation[:1]}, response={"choices": [{"message": conversation[1]}]})
+        for k in range(4)
+    ]  # fmt: skip
+    rows = calls_to_arrow(calls).drop_columns(["recorded_at"]).to_pylist()
+    store.insert(
+        "proxy_calls",
+        spooled_calls_to_arrow([{**r, "upstream_latency_s": 0.1, "conversation": "path"} for r in rows]),
+        on_conflict="error",
+    )
+    record_judgements(
+        store, [Judgement(f"bank-{k}", "feedback", "application", 0.0, "skipped the transfer") for k in range(4)]
+    )
+    filed = file_judged(store, ProductionConfig(upstream="http://x/v1"))
+    (cluster_id,) = [
+        r["cluster_id"] for r in store.query("SELECT cluster_id FROM clusters WHERE run_id = ?", [filed.run_id])
+    ]
+
+    def row(rid: str, balance: int, expected: int) -> dict:
+        opened = {"tool": "open_account", "arguments": {"name": "bo", "balance": balance}}
+        check = {"call": {"tool": "balances"}, "path": ["bo"], "equals": expected}
+        return {
+            "level": 1,
+            "row": {
+                "id": rid,
+                "level": 1,
+                "prompt": f"Open bo with {balance}.",
+                "reference": [opened],
+                "checks": [check],
+            },
+        }
+
+    vacuous = row("transfer-vacuous", 12, 12)
+    vacuous["row"]["checks"] = [{"call": {"tool": "balances"}, "contains": {}}]
+    proposals = [
+        {"params": row("transfer-good", 12, 12), "rationale": "good"},
+        {"params": row("transfer-wrong", 12, 9), "rationale": "reference fails its own check"},
+        {"params": vacuous, "rationale": "doing nothing passes"},
+    ]
+    cfg = SynthesisConfig(
+        synthesizer="llm", n_per_cluster=3, instances_per_variant=1, probes_per_variant=0, calibration_samples=0
+    )
+    with ScriptedEndpoint(ReplyScript([json.dumps({"proposals": proposals})])) as server:
+        cfg.llm.model, cfg.llm.base_url, cfg.llm.max_requests = "scripted", server.url, 1
+        summary = synthesize_from_production(store, cluster_id[:10], "mcp-ledger", cfg)
+    assert summary.accepted == 1 and summary.proposed == 3
+    verdicts = {
+        r["rationale"]: (r["status"], r["reject_kind"], r["reject_reason"])
+        for r in store.query("SELECT rationale, status, reject_kind, reject_reason FROM variants")
+    }
+    assert verdicts["good"][:2] == ("accepted", None)
+    assert verdicts["reference fails its own check"][:2] == ("rejected", "unsolvable")
+    assert "the oracle scored 0" in verdicts["reference fails its own check"][2]
+    assert verdicts["doing nothing passes"][:2] == ("rejected", "unsolvable")
+    assert "doing nothing passes every check" in verdicts["doing nothing passes"][2]
+    lineage = store.query(
+        "SELECT DISTINCT failed_episode_id, failure_run_id, category FROM variant_lineage "
+        "WHERE synthesizer = 'llm-production' AND status = 'accepted' ORDER BY failed_episode_id"
+    )
+    assert [r["failed_episode_id"] for r in lineage] == [f"bank-{k}" for k in range(4)]
+    assert {r["failure_run_id"] for r in lineage} == {filed.run_id}
+    assert {r["category"] for r in lineage} == {"wrong_answer:skipped_the_transfer"}
+    trained_on = store.scalar("SELECT count(*) FROM instances WHERE origin = 'synthesized' AND split = 'train'")
+    assert trained_on == 1  # the accepted task's instance, ready for the next cycle's collection

@@ -75,3 +75,33 @@ def judge_command(
     result = judge_unjudged(store, cfg.production, cfg.synthesis, llm=llm)
     for line in result.lines():
         console.print(line, markup=False, soft_wrap=True)
+
+
+@proxy_app.command("tasks")
+def tasks_command(
+    cluster: str = typer.Option(..., "--cluster", help="a production failure cluster (id or prefix)"),
+    bootcamp: str = typer.Option(..., "--bootcamp", help="the bootcamp the tasks are for (an MCP task bootcamp, ...)"),
+    model: str | None = typer.Option(None, "--model", help="the synthesizer's model (default: synthesis.llm.model)"),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="its OpenAI base URL (default: synthesis.llm.base_url)"
+    ),
+    n: int | None = typer.Option(None, "-n", min=1, help="tasks to ask for (default: synthesis.n_per_cluster)"),
+    config: Path | None = ConfigOption,
+    db: Path | None = DbOption,
+) -> None:
+    """Propose tasks of a bootcamp from a production failure cluster's conversations; each is validated
+    like any variant and names the cluster it came from (view variant_lineage)."""
+    from campflow.storage.workspace import Workspace
+    from campflow.synthesis.from_production import synthesize_from_production
+
+    overrides = {"synthesis.llm.model": model, "synthesis.llm.base_url": base_url, "synthesis.n_per_cluster": n}
+    cfg = config_with(config, db, **{k: v for k, v in overrides.items() if v is not None})
+    workspace = Workspace.from_config(cfg)
+    summary = synthesize_from_production(workspace.store, cluster, bootcamp, cfg.synthesis)
+    rejected = ", ".join(f"{k} x{v}" for k, v in sorted(summary.rejected.items())) or "none"
+    console.print(
+        f"run {summary.run_id}: {summary.proposed} proposed for {bootcamp}, {summary.accepted} accepted, "
+        f"rejected: {rejected}; `campflow sql \"SELECT * FROM variant_lineage WHERE synthesizer = 'llm-production'\"`",
+        markup=False,
+        soft_wrap=True,
+    )
