@@ -183,6 +183,7 @@ def test_a_rubric_that_rewards_any_reply_is_refused_naming_the_exploit(workspace
 
 
 def test_calculator_exported_runs_under_verifiers_own_evaluation_with_the_bootcamps_reward(workspace, tmp_path) -> None:
+    from campflow.agents.openai_policy import EndpointPolicy
     from campflow.envserve.verifiers_export import export_verifiers
 
     cfg, store = workspace
@@ -191,27 +192,39 @@ def test_calculator_exported_runs_under_verifiers_own_evaluation_with_the_bootca
     calculator = registry.make("calculator")
     instances = [calculator.generate(r["params"], r["seed"]) for r in config["rows"]]
     assert not {i.id for i in instances} & store.eval_ids("calculator")
+    oracle = OracleScript(instances)
+    gives_up = {json.dumps(calculator.prompt(i)[-1]["content"]) for i in instances[1::2]}
+
+    def noisy(request: dict) -> dict:  # the oracle on every other instance; prose without a call on the rest
+        user = next(m["content"] for m in request["messages"] if m["role"] == "user")
+        return {"role": "assistant", "content": "I give up."} if json.dumps(user) in gives_up else oracle(request)
+
     script = f"""
 import json, sys
 sys.path.insert(0, {str(package.path)!r})
 import {package.module} as exported
 from verifiers.types import ClientConfig
 env = exported.load_environment()
-out = env.evaluate_sync(ClientConfig(api_base_url=sys.argv[1], api_key_var="CAMPFLOW_NO_MODEL"), "scripted", num_examples=4)
-print(json.dumps([[o["reward"], o["metrics"]] for o in out["outputs"]]))
+for url in sys.argv[1:]:
+    out = env.evaluate_sync(ClientConfig(api_base_url=url, api_key_var="CAMPFLOW_NO_MODEL"), "scripted", num_examples=4)
+    print(json.dumps([[o["example_id"], o["reward"], o["metrics"]] for o in out["outputs"]]))
 """
-    with ScriptedEndpoint(OracleScript(instances)) as endpoint:
+    with ScriptedEndpoint(oracle) as exact, ScriptedEndpoint(noisy) as wrong:
         done = subprocess.run(
-            [str(VENV), "-c", script, endpoint.url],
+            [str(VENV), "-c", script, exact.url, wrong.url],
             capture_output=True,
             text=True,
             timeout=600,
             env={**os.environ, "CAMPFLOW_NO_MODEL": "none"},
         )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [r for r, _ in results] == [1.0] * 4 and all(m["solved"] == 1.0 for _, m in results), results
-    recorded = store.query(
-        "SELECT reward, termination, model_id FROM episodes WHERE run_id = ? ORDER BY instance_id", [package.run_id]
-    )
-    assert [(r["reward"], r["termination"], r["model_id"]) for r in recorded] == [(1.0, "solved", "verifiers")] * 4
+        assert done.returncode == 0, done.stderr[-3000:]
+        policy = EndpointPolicy("scripted", base_url=wrong.url, max_retries=0)
+        own = asyncio.run(run_episodes([EpisodeSpec(calculator, i) for i in instances], policy, SETTINGS))
+    solved, noisy_run = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert [r for _, r, _ in solved] == [1.0] * 4 and all(m["solved"] == 1.0 for _, _, m in solved), solved
+    by_row = {i: r for i, r, _ in noisy_run}
+    assert [by_row[i] for i in range(4)] == [e.reward for e in own], (noisy_run, [e.reward for e in own])
+    assert [e.reward for e in own][1::2] != [1.0, 1.0]  # the noisy replies did fail
+    recorded = store.query("SELECT reward, termination, model_id FROM episodes WHERE run_id = ?", [package.run_id])
+    assert len(recorded) == 8 and {r["model_id"] for r in recorded} == {"verifiers"}
+    assert sorted(r["reward"] for r in recorded) == sorted([1.0] * 4 + [e.reward for e in own])
