@@ -148,6 +148,31 @@ def test_the_oracle_solves_every_vetted_task_each_episode_on_a_fresh_server(ledg
     assert episodes[1].transcript[3]["content"] == "2.5"
 
 
+def test_an_mcp_tasks_failure_diverges_where_it_left_the_reference_plan(ledger) -> None:
+    # issue 40: a served world is not replayed; its reference calls are the plan, an extra look is no divergence
+    from campflow.synthesis.divergence import find_divergence
+
+    _, bootcamp, *_ = ledger
+    instance = bootcamp.generate(McpTaskParams(level=2, task="deposit"), 0)
+
+    class Reading(Scripted):  # reads the note in its own episode's folder, then deposits 3 where it says 2.5
+        async def respond(self, messages, tools, context):  # noqa: ANN001, ANN202
+            folder = messages[1]["content"].split("written in ")[1].split("/amount.txt")[0]
+            self.calls = [
+                ("balances", {}),
+                ("read_note", {"path": f"{folder}/amount.txt"}),
+                ("open_account", {"name": "c", "balance": 1}),
+                ("deposit", {"name": "c", "amount": 3}),
+            ]
+            return await super().respond(messages, tools, context)
+
+    episode = play(bootcamp, [instance], Reading([], "4"))[0]
+    assert episode.termination == Termination.WRONG_ANSWER
+    div = find_divergence(bootcamp, instance, episode.transcript, episode.termination)
+    assert (div.turn, div.kind) == (3, "argument:amount"), div
+    assert div.oracle_action == Action("deposit", {"name": "c", "amount": 2.5})
+
+
 def test_a_wrong_solution_and_doing_nothing_fail_a_refusal_is_the_models_message_and_writes_stay_in_their_episode(
     ledger,
 ) -> None:

@@ -21,7 +21,8 @@ The kind is the bootcamp's own where it names one (:meth:`~campflow.bootcamps.ba
 
 Where no call left the path, there is no divergence and :attr:`FirstDivergence.reason` says why
 (:data:`PATH_RIGHT_BUDGET_SPENT` when the turn budget simply ran out); so does it where the episode
-cannot be analysed (no oracle, served tools, a tool that failed on the model's arguments).
+cannot be analysed (no oracle, a tool that failed on the model's arguments). A served world (an MCP task
+bootcamp) is not replayed: its reference calls are the plan (:func:`plan_divergence`).
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def find_divergence(
     """
     termination = Termination(termination)
     if isinstance(bootcamp, ServedTools):
-        return FirstDivergence(reason="not analysed: a served bootcamp's tools are not replayed here")
+        return plan_divergence(bootcamp, instance, transcript, termination)
     budget = max(bootcamp.max_turns(instance), max_turns or 0)
     replay = _Replay(bootcamp, instance)
     try:
@@ -193,6 +194,86 @@ def find_divergence(
     if termination == Termination.MAX_TURNS:
         return FirstDivergence(reason=PATH_RIGHT_BUDGET_SPENT)
     return FirstDivergence(reason=f"no divergence: path right, the episode ended by {termination.value}")
+
+
+def plan_divergence(
+    bootcamp: Bootcamp, instance: Instance, transcript: Sequence[Mapping[str, Any]], termination: Termination
+) -> FirstDivergence:
+    """For a bootcamp whose tools are a served world (an MCP task bootcamp), which is not replayed here:
+    the oracle's reference calls are the plan, followed by the calls made so far (``state.calls``, as the
+    MCP bootcamp's oracle reads its progress). The divergence is the first call that is not the plan's next
+    and after which the model never made that next call: a call the plan has not (made again later) is an
+    extra look, not a divergence. Kinds are generic; the world's own verdict is the reward's reason."""
+    try:  # an empty record of the calls: new_state would start the server
+        state = bootcamp.state_model()
+    except TypeError:
+        state = None
+    if not isinstance(getattr(state, "calls", None), list):
+        return FirstDivergence(reason="not analysed: a served bootcamp without a reference plan")
+    workdir = _served_workdir(bootcamp, instance, transcript)
+    if workdir is not None and hasattr(state, "folder"):
+        state.folder = workdir
+    turns = _recorded_turns(transcript)
+    flat = [(turn, index, call) for turn, (_, calls) in enumerate(turns) for index, call in enumerate(calls)]
+    for k, (turn, index, call) in enumerate(flat):
+        try:
+            expected = bootcamp.oracle(instance, state)
+        except NotImplementedError:
+            return FirstDivergence(reason=f"not analysed: {bootcamp.name} has no oracle")
+        except Exception as exc:
+            return FirstDivergence(reason=f"not analysed: the plan's next call is unknown at turn {turn}: {exc}")
+        if not call.runnable:
+            return FirstDivergence(turn, index, "invalid_call", call.action, expected)
+        if _same(bootcamp, instance, call.action, expected):
+            state.calls.append({"name": call.action.name, "arguments": _as_sent(bootcamp, instance, call.action)})
+            if bootcamp.is_final(call.action.name):
+                break
+            continue
+        model_final, oracle_final = bootcamp.is_final(call.action.name), bootcamp.is_final(expected.name)
+        later = any(_same(bootcamp, instance, c.action, expected) for _, _, c in flat[k + 1 :])
+        if not model_final and not oracle_final and later:  # an extra call: the plan's next one still came
+            state.calls.append({"name": call.action.name, "arguments": _as_sent(bootcamp, instance, call.action)})
+            continue
+        if model_final != oracle_final:
+            kind = "early_submit" if model_final else "no_submit"
+        elif call.action.name == expected.name:
+            mine = _normalized(bootcamp, instance, call.action) or {}
+            theirs = _normalized(bootcamp, instance, expected) or {}
+            fields = sorted(f for f in set(mine) | set(theirs) if mine.get(f) != theirs.get(f))
+            kind = f"argument:{fields[0]}" if fields else "wrong_tool"
+        else:
+            kind = "wrong_tool"
+        return FirstDivergence(turn, index, kind, call.action, expected)
+    else:
+        if termination == Termination.MAX_TURNS:
+            return FirstDivergence(reason=PATH_RIGHT_BUDGET_SPENT)
+    return FirstDivergence(
+        reason=f"no divergence from the reference plan: the served world judged it {termination.value}"
+    )
+
+
+def _served_workdir(bootcamp: Bootcamp, instance: Instance, transcript: Sequence[Mapping[str, Any]]) -> Any:
+    """The episode's folder, read off its first user message against the prompt's ``{workdir}`` template."""
+    from pathlib import Path
+
+    template = next((m.get("content") for m in bootcamp.prompt(instance) if m.get("role") == "user"), None)
+    shown = next((m.get("content") for m in transcript if m.get("role") == "user"), None)
+    if not isinstance(template, str) or not isinstance(shown, str) or "{workdir}" not in template:
+        return None
+    pattern = re.escape(template.replace("{seed}", str(instance.seed))).replace(re.escape("{workdir}"), "(.+?)")
+    found = re.fullmatch(pattern, shown, re.S)
+    return Path(found.group(1)) if found else None
+
+
+def _as_sent(bootcamp: Bootcamp, instance: Instance, action: Action) -> dict[str, Any]:
+    """A call's arguments as a served bootcamp records them: validated by the tool's schema, dumped as set."""
+    tool = next((t for t in bootcamp.tools(instance) if t.name == action.name), None)
+    try:
+        return tool.args_model.model_validate(dict(action.arguments)).model_dump(  # type: ignore[union-attr]
+            mode="json", by_alias=True, exclude_unset=True
+        )
+    except (AttributeError, ValueError):
+        return dict(action.arguments)
 
 
 class _UnknownWorld(Exception):
