@@ -90,7 +90,13 @@ def main() -> None:
     try:
         url = server.stdout.readline().strip()
         os.environ.update(cluster.env)  # this process is the Ray driver
-        os.environ.update({"PREFECT_LOGGING_LEVEL": "WARNING", "PREFECT_LOGGING_TO_API_ENABLED": "false"})
+        os.environ.update(
+            {
+                "PREFECT_LOGGING_LEVEL": "WARNING",
+                "PREFECT_LOGGING_TO_API_ENABLED": "false",
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            }
+        )
         os.environ["CAMPFLOW_BENCH_RAY_ADDRESS"] = cluster.address
         print(
             f"endpoint {url}, {args.episodes} episodes x {TURNS} calls, latency {args.latency * 1000:.0f} ms; per node "

@@ -87,23 +87,30 @@ class LocalRayCluster:
             self.token_path.chmod(0o600)
         (self.root / "cluster.json").write_text(json.dumps({"address": self.address, "env": self.env}))
         try:
-            self.add_node("head", cpus if head_cpus is None else head_cpus)
+            self.add_node("head", cpus if head_cpus is None else head_cpus, wait=False)
             for i in range(1, workers + 1):
-                self.add_node(f"worker{i}", cpus)
+                self.add_node(f"worker{i}", cpus, wait=False)
+            self.wait_for_nodes(len(self.nodes))
         except BaseException:
             self.stop()
             raise
         return self
 
-    def add_node(self, name: str, cpus: int = 1, attempts: int = 3) -> None:
-        """Start node ``name`` (``head`` is the head) with ``cpus`` CPUs and wait until it has joined; a
-        start that times out (Ray's own agents slow to come up) is cleaned away and tried again."""
+    def add_node(self, name: str, cpus: int = 1, attempts: int = 3, wait: bool = True) -> None:
+        """Start node ``name`` (``head`` is the head) with ``cpus`` CPUs and (``wait``) wait until the head
+        counts it. ``ray start`` gives up on a node whose raylet has not registered within 30 s (fixed in
+        Ray), yet leaves it starting: on a loaded machine that node is waited for, and only one that
+        never joins is cleaned away and started again."""
         for attempt in range(1, attempts + 1):
             out = self._ray_start(name, cpus)
-            if out is None:
-                self.nodes[name] = cpus
-                self.wait_for_nodes(len(self.nodes))
+            self.nodes[name] = cpus
+            if out is None and not wait:
                 return
+            try:
+                self.wait_for_nodes(len(self.nodes), timeout=300 if out else 120)
+                return
+            except RuntimeError as exc:
+                out = out or str(exc)
             self.kill_node(name)
             if attempt == attempts:
                 raise RuntimeError(f"ray start of node {name} failed {attempts} times; last: {out}")
@@ -141,9 +148,12 @@ class LocalRayCluster:
             args += [f"--address={self.address}"]
         if name != "head":
             args += ["--include-log-monitor=false"]  # one process less per node; workers' logs stay in its folder
-        proc = subprocess.run(
-            args, env={**os.environ, **self.env}, capture_output=True, text=True, cwd=self.root, timeout=300
-        )
+        try:
+            proc = subprocess.run(
+                args, env={**os.environ, **self.env}, capture_output=True, text=True, cwd=self.root, timeout=300
+            )
+        except subprocess.TimeoutExpired:
+            return "ray start did not return within 300 s"
         if proc.returncode == 0:
             return None
         lines = (proc.stdout + proc.stderr).strip().splitlines()
@@ -176,18 +186,21 @@ class LocalRayCluster:
 
     def alive_nodes(self) -> int:
         """How many nodes the head counts alive now (0 when the head does not answer)."""
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); "
-                "print(json.dumps(sum(n['Alive'] for n in ray.nodes())))",
-            ],
-            env={**os.environ, **self.env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        try:
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); "
+                    "print(json.dumps(sum(n['Alive'] for n in ray.nodes())))",
+                ],
+                env={**os.environ, **self.env},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired:
+            return 0
         return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
 
     def wait_for_nodes(self, n: int, timeout: float = 120) -> None:
