@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from campflow.config import JudgeConfig, ProductionConfig, RedactionConfig, SynthesisConfig, WatchConfig
 from campflow.flows.watch import ProductionCount, decide, production_failures
-from campflow.proxy.judging import Judgement, file_judged, judge_unjudged, read_scores, record_judgements
+from campflow.proxy.filing import file_judged
+from campflow.proxy.judging import Judgement, judge_unjudged, read_scores, record_judgements
 from campflow.proxy.production import CONVERSATION_HEADER, ProductionProxy
 from campflow.storage.store import Store
 

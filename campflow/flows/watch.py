@@ -71,7 +71,7 @@ def decide(evaluation: int, production: ProductionCount, cfg: WatchConfig) -> tu
 
 def _file_production(store: Store, cfg: CampflowConfig) -> None:
     """File the production judgements made since the last look, so they are counted."""
-    from campflow.proxy.judging import file_judged
+    from campflow.proxy.filing import file_judged
 
     if store.scalar("SELECT count(*) FROM production_judgements"):
         file_judged(store, cfg.production, cfg.synthesis)

@@ -1,4 +1,4 @@
-"""Judging production episodes, and filing the judged ones as a run like any evaluation's.
+"""Judging production episodes: the application's feedback, a reward function, or an LLM judge.
 
 A production episode has no verifier; it is judged by one of three sources, each judgement naming it
 (``production_judgements.source``):
@@ -13,10 +13,8 @@ A production episode has no verifier; it is judged by one of three sources, each
   a reply that does not is the judge's failure, and that group stays unjudged (said, never guessed).
 
 Where sources disagree, feedback counts over a reward function over the judge (view
-``production_verdicts``). :func:`file_judged` writes each judged episode not yet filed into a run of
-kind ``production`` (``episodes``: reward the score, ``solved`` or ``wrong_answer`` with the label as
-the reason) and mines and clusters its failures as for an evaluation, so ``campflow failures``,
-``show``, ``sql`` and the Inspect export read it like any run.
+``production_verdicts``). :func:`judge_unjudged` (``campflow proxy judge``) judges what no one judged
+yet and files every judged episode (:mod:`campflow.proxy.filing`) as a run of kind ``production``.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pydantic import BaseModel, Field, ValidationError
@@ -41,6 +39,9 @@ from pydantic import BaseModel, Field, ValidationError
 from campflow.config import JudgeConfig, ProductionConfig, SynthesisConfig
 from campflow.errors import CampflowError, ConfigError
 from campflow.serialization import from_json, to_json
+
+if TYPE_CHECKING:
+    from campflow.proxy.filing import FilingSummary
 
 SOURCES = ("feedback", "reward", "judge")
 
@@ -351,108 +352,13 @@ def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-# -- filing judged episodes as a production run ------------------------------------------------------------
-
-
-@dataclass
-class FilingSummary:
-    """What :func:`file_judged` filed: the run, its episodes, failures and clusters."""
-
-    run_id: str | None
-    episodes: int = 0
-    failures: int = 0
-    clusters: int = 0
-
-
-def file_judged(store: Any, cfg: ProductionConfig, synthesis: SynthesisConfig | None = None) -> FilingSummary:
-    """File every judged production episode not yet filed into a new ``production`` run, then mine and
-    cluster its failures (a score below ``cfg.fail_below``). Nothing to file: no run."""
-    from campflow.storage.store import now
-    from campflow.synthesis.pipeline import analyze_run
-
-    rows = store.query(
-        """SELECT v.episode_id, v.source, v.judge, v.score, v.label, v.reason, v.judgement_id
-           FROM production_verdicts v
-           WHERE v.episode_id NOT IN (SELECT e.episode_id FROM episodes e JOIN runs r USING (run_id)
-                                      WHERE r.kind = 'production')
-           ORDER BY v.episode_id"""
-    )
-    verdicts = {r["episode_id"]: r for r in rows}
-    episodes = load_episodes(store, episode_ids=list(verdicts)) if verdicts else []
-    if not episodes:
-        return FilingSummary(None)
-    stamp = now().strftime("%Y%m%d-%H%M%S")
-    run_id = f"production-{stamp}-{secrets.token_hex(3)}"
-    models = Counter(e.model for e in episodes)
-    store.start_run(run_id, "production", {"production": cfg.model_dump(mode="json")}, models.most_common(1)[0][0])
-    table = _episode_rows(run_id, cfg, episodes, verdicts)
-    with store.transaction(_cf_production=table) as con:
-        con.execute("INSERT INTO episodes BY NAME SELECT * FROM _cf_production")
-    analysis = analyze_run(store, run_id, synthesis)
-    failures = sum(1 for e in episodes if verdicts[e.episode_id]["score"] < cfg.fail_below)
-    summary = FilingSummary(run_id, len(episodes), failures, len(analysis.clusters))
-    store.finish_run(
-        run_id, "completed", {"episodes": summary.episodes, "failures": failures, "clusters": summary.clusters}
-    )
-    return summary
-
-
-def _episode_rows(
-    run_id: str, cfg: ProductionConfig, episodes: Sequence[ProductionEpisode], verdicts: dict[str, dict[str, Any]]
-) -> pa.Table:
-    from campflow.storage.store import EPISODE_SCHEMA, now
-
-    created = now()
-    rows: dict[str, list[Any]] = {name: [] for name in EPISODE_SCHEMA.names}
-    for e in episodes:
-        v = verdicts[e.episode_id]
-        failed = v["score"] < cfg.fail_below
-        from campflow.synthesis.mining import slug
-
-        values = {
-            "episode_id": e.episode_id,
-            "run_id": run_id,
-            "instance_id": f"{cfg.bootcamp}:{e.episode_id}",
-            "bootcamp": cfg.bootcamp,
-            "level": None,
-            "model_id": e.model,
-            "sample_index": 0,
-            "reward": float(v["score"]),
-            "success": not failed,
-            "termination": "wrong_answer" if failed else "solved",
-            "turns": sum(1 for m in e.transcript if m.get("role") == "assistant"),
-            "tool_calls": e.tool_calls,
-            "invalid_calls": 0,
-            "prompt_tokens": e.prompt_tokens,
-            "completion_tokens": e.completion_tokens,
-            "latency_s": e.upstream_s,
-            "wall_s": e.wall_s,
-            "transcript": to_json(e.transcript),
-            "details": to_json(
-                {
-                    "reason": (slug(v["label"]) or "judged_failure") if failed else "judged_success",
-                    "judgement_source": v["source"],
-                    "judge": v["judge"],
-                    "judgement_id": v["judgement_id"],
-                    "why": v["reason"],
-                    "calls": e.calls,
-                }
-            ),
-            "error": None,
-            "created_at": created,
-        }
-        for name in EPISODE_SCHEMA.names:
-            rows[name].append(values[name])
-    return pa.Table.from_pydict(rows, schema=EPISODE_SCHEMA)
-
-
 @dataclass
 class JudgingResult:
     """What :func:`judge_unjudged` did: judgements per source, groups the judge failed on, the filing."""
 
     by_source: Counter[str] = field(default_factory=Counter)
     judge_failures: list[str] = field(default_factory=list)
-    filing: FilingSummary | None = None
+    filing: FilingSummary | None = None  # noqa: F821  (campflow.proxy.filing, imported when typing)
 
     def lines(self) -> list[str]:
         """The outcome in a few lines for the CLI."""
@@ -493,5 +399,7 @@ def judge_unjudged(
             judge.close()
             record_judgements(store, judged)  # what was judged before a failure is kept
         result.by_source["judge"] += len(judged)
+    from campflow.proxy.filing import file_judged
+
     result.filing = file_judged(store, cfg, synthesis)
     return result
