@@ -413,11 +413,11 @@ async def test_calls_arriving_together_are_written_together_and_the_overhead_is_
                 for _ in range(10):
                     await client.chat.completions.create(model="scripted", messages=messages, tools=tools)
                 timings[name] = (time.perf_counter() - started) / 10
-            before = proxy.log.batches
+            before = proxy.log.spool.appends
             await asyncio.gather(
                 *(c.chat.completions.create(model="scripted", messages=messages, tools=tools) for c in clients)
             )
-            together = proxy.log.batches - before
+            together = proxy.log.spool.appends - before  # fsyncs of the spool: each answered call was on disk
             for c in clients:
                 await c.close()
         await direct.close()
@@ -426,7 +426,36 @@ async def test_calls_arriving_together_are_written_together_and_the_overhead_is_
         f"32 concurrent calls written in {together} batches"
     )
     assert together < 32 and len(read_calls(store)) == 20 + 32
-    assert timings["proxied"] - timings["direct"] < 1.0  # one store write per call (the file opened and closed)
+    assert timings["proxied"] - timings["direct"] < 1.0  # one spool write per call (an fsync)
+
+
+async def test_calls_a_killed_proxy_left_in_its_spool_reach_the_store_through_the_next_one(store: Store) -> None:
+    """A call is on disk before it is answered: a proxy that dies before its spool reaches the store (here its
+    copy never runs) leaves the calls to the next proxy on that store, which copies them in once each."""
+    from campflow.proxy.records import CallLog
+
+    bootcamp = registry.make("calculator")
+    messages, tools, _, _ = _task(8)
+    with ScriptedEndpoint(OracleScript([bootcamp.generate(1, 8)])) as upstream:
+        proxy = RecordingProxy(EndpointBackend(upstream.url, "scripted"), store)
+        proxy.log.writer.start = lambda: None  # the process dies before its first copy
+        proxy.log.writer.wake = lambda: None
+        await proxy.start()
+        key = proxy.open_episode("lost")
+        client = openai.AsyncOpenAI(base_url=proxy.base_url("lost"), api_key=key, max_retries=0)
+        await client.chat.completions.create(model="scripted", messages=messages, tools=tools)
+        await client.close()
+        assert proxy.log.spool.pending_bytes() > 0 and read_calls(store) == []
+        proxy.log._held.close()  # what the kernel does to a dead process's lock
+        left = proxy.log.spool.folder
+
+        async with RecordingProxy(EndpointBackend(upstream.url, "scripted"), store) as again:
+            key = again.open_episode("next")
+            client = openai.AsyncOpenAI(base_url=again.base_url("next"), api_key=key, max_retries=0)
+            await client.chat.completions.create(model="scripted", messages=messages, tools=tools)
+            await client.close()
+        await CallLog(store).aclose()  # a third proxy finds nothing left to copy
+    assert [c["episode_id"] for c in read_calls(store)] == ["lost", "next"] and not left.exists()
 
 
 async def test_the_docs_example_records_an_episode_as_one_sequence(

@@ -1,9 +1,12 @@
 """The proxy's calls in the store (``proxy_calls``), and how an episode's calls become token sequences.
 
-Every call is written before it is answered. Calls arriving together are written together: the first
-waiting call starts a write of everything pending (one Arrow batch, the file opened and closed for it,
-on a worker thread), and each call is answered once the batch holding it is committed. A call whose
-write fails is answered with an error, never unrecorded.
+Every call is on disk before it is answered: appended to the proxy's spool (:mod:`campflow.proxy.spool`, one
+JSON line, fsync'd; calls arriving together share one write) in a folder beside the store. A background copy
+moves the spool into ``proxy_calls`` in batches (one Arrow batch a transaction, each call once by its id), and
+:meth:`CallLog.flush` waits for it before anything reads an episode's calls. Opening the store for every
+call cost more than the tiny model's generation (``benchmarks/bench_proxy.py``); an fsync costs a
+millisecond. A call whose spool write fails is answered with an error, never unrecorded; a spool a killed
+process left is copied in by the next proxy on that store.
 
 :func:`merge_calls` turns recorded calls into training sequences: a call whose prompt ids begin with an
 earlier sequence's ids (its prompts and completions so far) extends it; any other call (a history
@@ -12,10 +15,10 @@ rewritten, a summary) starts a sequence of its own. Only calls whose ids are the
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -109,52 +112,106 @@ def calls_to_arrow(calls: Sequence[ProxyCall]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=SCHEMA)
 
 
+SPOOLS = "proxy-spool"  # beside the store: one folder per running proxy
+
+
 class CallLog:
-    """Writes calls to a store in batches; :meth:`record` returns once the call is committed.
+    """Records calls in a store through a spool: :meth:`record` returns once the call is on disk.
 
     Args:
         store: the workspace's :class:`~campflow.storage.store.Store` (the process that owns it).
     """
 
     def __init__(self, store: Any) -> None:
+        import uuid
+
+        from campflow.proxy.spool import Spool, SpoolWriter
+
         self.store = store
-        self._pending: list[tuple[ProxyCall, asyncio.Future]] = []
-        self._writing: asyncio.Task | None = None
+        root = Path(store.path).parent / SPOOLS
+        self.spool = Spool(root / uuid.uuid4().hex[:12])
+        self._held = _hold(self.spool.folder)
+        self.writer = SpoolWriter(self.spool, self._write)
+        self._leftovers = [p for p in root.iterdir() if p.is_dir() and p != self.spool.folder]
+        self._copying = False
         self.batches = 0
 
     async def record(self, call: ProxyCall) -> None:
-        """Write ``call`` (with whatever else is waiting) and return when it is in the store.
+        """Append ``call`` to the spool (with whatever else is waiting); return once it is on disk."""
+        if not self._copying:
+            self._copying = True
+            for folder in self._leftovers:  # a killed proxy's calls, before this one's
+                await _copy_leftover(folder, self._write)
+            self.writer.start()
+        row = calls_to_arrow([call]).drop_columns(["recorded_at"]).to_pylist()[0]
+        await self.spool.append(row)
+        self.writer.wake()
+
+    def _write(self, rows: Sequence[dict[str, Any]]) -> None:
+        table = spooled_rows_to_arrow(rows)
+        with self.store.transaction(_cf_calls=table) as con:
+            con.execute(f"INSERT INTO {TABLE} BY NAME SELECT * FROM _cf_calls ANTI JOIN {TABLE} USING (call_id)")
+        self.batches += 1
+
+    async def flush(self) -> None:
+        """Wait until the store holds every call recorded so far.
 
         Raises:
-            StoreError: the write failed; the call is not recorded.
+            StoreError: the store cannot be written now (the calls stay in the spool).
         """
-        future = asyncio.get_running_loop().create_future()
-        self._pending.append((call, future))
-        if self._writing is None or self._writing.done():
-            self._writing = asyncio.create_task(self._drain())
-        await asyncio.shield(future)
+        from campflow.errors import StoreError
 
-    async def _drain(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            try:
-                await asyncio.to_thread(
-                    self.store.insert, TABLE, calls_to_arrow([c for c, _ in batch]), on_conflict="error"
-                )
-                self.batches += 1
-            except Exception as exc:  # noqa: BLE001  (every waiting call hears about it)
-                for _, f in batch:
-                    if not f.done():
-                        f.set_exception(exc)
-                continue
-            for _, f in batch:
-                if not f.done():
-                    f.set_result(None)
+        if not await self.writer.flush():
+            raise StoreError(f"the proxy's calls wait in {self.spool.path}: {self.writer.last_error}")
 
     async def aclose(self) -> None:
-        """Wait for the writes in progress."""
-        if self._writing is not None:
-            await asyncio.gather(self._writing, return_exceptions=True)
+        """Copy what the spool holds into the store and release it (a spool the store refused stays)."""
+        await self.writer.aclose(final_flush=True)
+        if self.spool.pending_bytes() == 0:
+            _release(self._held, self.spool.folder)
+
+
+def spooled_rows_to_arrow(rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """Spooled ``proxy_calls`` rows (JSON: times as ISO text) as an Arrow table, stamped as recorded now."""
+    recorded = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    out = []
+    for row in rows:
+        started = row.get("started_at")
+        out.append(
+            {**row, "started_at": dt.datetime.fromisoformat(started) if started else None, "recorded_at": recorded}
+        )
+    return pa.Table.from_pylist(out, schema=SCHEMA)
+
+
+def _hold(folder: Path) -> Any:
+    """An exclusive lock on ``folder`` while its proxy lives (a spool without one was left by a dead process)."""
+    import fcntl
+
+    handle = open(folder / ".lock", "w")  # noqa: SIM115  (held until the proxy closes)
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return handle
+
+
+def _release(handle: Any, folder: Path) -> None:
+    import shutil
+
+    handle.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _copy_leftover(folder: Path, write: Any) -> None:
+    """Copy a dead proxy's spool into the store and remove it; a live proxy's (locked) is left alone."""
+    from campflow.proxy.spool import Spool, SpoolWriter
+
+    try:
+        handle = _hold(folder)
+    except OSError:
+        return
+    spool = Spool(folder)
+    if spool.pending_bytes() == 0 or await SpoolWriter(spool, write).flush():
+        _release(handle, folder)
+    else:
+        handle.close()
 
 
 # -- from calls to training sequences ----------------------------------------------------------------------

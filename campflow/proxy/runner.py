@@ -192,6 +192,7 @@ class AgentRunner:
         forget = getattr(self.backend, "forget", None)
         if forget is not None:
             forget(episode_id)
+        await proxy.log.flush()  # the episode's calls, from the proxy's spool into the store
         calls = await asyncio.to_thread(_calls_since, self.store, episode_id, since)
         if session.finished is None:
             termination, reason = _ending(run, calls, self.settings.episode_timeout)

@@ -142,6 +142,7 @@ class SpoolWriter:
         self.copied = 0  # records copied by this writer
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
+        self._flushing = threading.Lock()
 
     def start(self) -> None:
         """Start copying (on the running loop)."""
@@ -153,23 +154,31 @@ class SpoolWriter:
 
     async def flush(self) -> bool:
         """Copy what the spool holds now; True if the store has all of it."""
-        records, end = await asyncio.to_thread(self.spool.unwritten)
-        if not records and end == self.spool.committed():
+        return await asyncio.to_thread(self._flush)
+
+    def _flush(self) -> bool:
+        # one copy at a time, held by the thread doing it: the background loop, a caller's flush and a copy
+        # whose awaiting task was cancelled never read the same records nor commit offsets out of order
+        with self._flushing:
+            records, end = self.spool.unwritten()
+            if not records and end == self.spool.committed():
+                return True
+            try:
+                if records:
+                    self.write(records)
+            except Exception as exc:  # noqa: BLE001  (the store failing is waited out, never raised to a caller)
+                self.failures += 1
+                message = f"{type(exc).__name__}: {exc}"
+                if message != self.last_error:
+                    progress.current().note(
+                        f"the store cannot be written yet ({message}); calls wait in {self.spool.path}"
+                    )
+                self.last_error = message
+                return False
+            self.spool.commit(end)
+            self.copied += len(records)
+            self.failures, self.last_error = 0, None
             return True
-        try:
-            if records:
-                await asyncio.to_thread(self.write, records)
-        except Exception as exc:  # noqa: BLE001  (the store failing is waited out, never raised to a caller)
-            self.failures += 1
-            message = f"{type(exc).__name__}: {exc}"
-            if message != self.last_error:
-                progress.current().note(f"the store cannot be written yet ({message}); calls wait in {self.spool.path}")
-            self.last_error = message
-            return False
-        await asyncio.to_thread(self.spool.commit, end)
-        self.copied += len(records)
-        self.failures, self.last_error = 0, None
-        return True
 
     async def _run(self) -> None:
         while True:
