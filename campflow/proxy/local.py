@@ -188,18 +188,25 @@ class LocalBackend(Backend):
 
         text = tokenizer.decode(list(generated), skip_special_tokens=True)
         parse = request.tool_choice != "none" and bool(request.tools)
+        # ids unique within the conversation (the Agents SDK refuses a call id it has seen completed): the
+        # turn's number, then the call's; not in the tokens (chat templates do not render them)
+        turn = sum(1 for m in request.messages if m.get("role") == "assistant")
         if parse and self._format is not None and self._format.tool_calls == "parsed":
             full = tokenizer.decode(list(generated)) + (tokenizer.eos_token if stopped else "")
             parsed = parse_reply(tokenizer, full, prompt_text, request.tools)
             content, reasoning, calls = parsed["content"], parsed["reasoning"], parsed["tool_calls"] or []
-            calls = [{"id": f"call_{i}", **c} for i, c in enumerate(calls)]
+            calls = [{"id": f"call_{turn}_{i}", **c} for i, c in enumerate(calls)]
         elif parse:
             turn = parse_turn(text, None, {}, max_calls=64)
             content, reasoning = turn.content, turn.reasoning
             # {} of tools: every named call is "unknown" to the parser, which still reads its name and
             # arguments; the agent's own tools decide what it means
             calls = [
-                {"id": f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": c.raw_arguments}}
+                {
+                    "id": f"call_{turn}_{i}",
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.raw_arguments},
+                }
                 for i, c in enumerate(c for c in turn.calls if c.name)
             ]
         else:
