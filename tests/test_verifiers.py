@@ -228,3 +228,21 @@ for url in sys.argv[1:]:
     recorded = store.query("SELECT reward, termination, model_id FROM episodes WHERE run_id = ?", [package.run_id])
     assert len(recorded) == 8 and {r["model_id"] for r in recorded} == {"verifiers"}
     assert sorted(r["reward"] for r in recorded) == sorted([1.0] * 4 + [e.reward for e in own])
+
+
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path) -> None:
+    from tests.conftest import run_cli
+
+    ws = str(tmp_path / "ws")
+    for args, says in (
+        (["--kwargs", "{bad"], "--kwargs '{bad' is not JSON"),
+        (["--kwargs", "[1]"], "expected a JSON object"),
+    ):
+        done = run_cli(
+            "import", "verifiers", str(ENVS / "math_single_turn.py"), "--name", "x", *args, "--workspace", ws
+        )
+        assert done.returncode == 2 and says in done.stderr + done.stdout, (done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+    missing = run_cli("import", "verifiers", str(tmp_path / "nope.py"), "--workspace", ws)
+    assert missing.returncode == 2 and "nope.py: no such file" in missing.stderr + missing.stdout
+    assert not (tmp_path / "ws" / "campflow.duckdb").exists()
