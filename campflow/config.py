@@ -78,7 +78,11 @@ class PolicyConfig(Section):
     max_tokens: int = Field(512, ge=1, le=1_000_000, description="completion tokens per turn")
     timeout: float = Field(60.0, gt=0, description="seconds per request before it is retried")
     max_retries: int = Field(4, ge=0, le=20, description="retries (with backoff) before infra_error")
-    transport: Literal["aiohttp", "httpx"] = Field("aiohttp", description="HTTP transport of the openai client")
+    transport: Literal["aiohttp", "httpx"] = Field(
+        "aiohttp",
+        description="aiohttp: campflow's own client (the SDK's retries, least CPU a call); httpx: the openai SDK's "
+        "client (honours a proxy set in the environment)",
+    )
     send_reasoning: bool = Field(False, description="send earlier turns' reasoning back to the model")
     batch_size: int = Field(16, ge=1, le=1024, description="local models: sequences generated together")
     device: str = Field(

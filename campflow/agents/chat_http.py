@@ -12,7 +12,8 @@ that post and the SDK's retry policy, nothing else:
   date) when it lies in (0, 60] s, otherwise 0.5 s doubling per retry up to 8 s, less 0-25% jitter;
   a ``Retry-After`` over 2 minutes is not waited for (the status is the answer);
 - a refused connection (nothing listens there) is not retried, so a wrong URL fails at once;
-- the timeout applies to connecting and to each read, as the SDK's aiohttp transport applies it.
+- the timeout applies to connecting and to each read, as the SDK's aiohttp transport applies it, and
+  HTTPS trusts the certificates the SDK's client trusts.
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ class ChatHTTP:
                 not JSON.
         """
         if self._session is None:
+            ssl = _sdk_ssl_context() if self.url.startswith("https:") else True
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=100), timeout=self._timeout, headers=self.headers
+                connector=aiohttp.TCPConnector(limit=100, ssl=ssl), timeout=self._timeout, headers=self.headers
             )
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
@@ -122,6 +124,16 @@ class ChatHTTP:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _sdk_ssl_context() -> Any:
+    """The certificates the SDK's own client trusts (its httpx's default context: certifi's bundle, or
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``), so an endpoint the SDK could verify is verified here too."""
+    try:  # httpx2 for openai>=3, httpx before
+        from httpx2 import create_ssl_context
+    except ImportError:  # pragma: no cover
+        from httpx import create_ssl_context
+    return create_ssl_context()
 
 
 def _backoff(retries_taken: int) -> float:
