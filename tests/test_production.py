@@ -448,6 +448,19 @@ def test_watch_counts_judged_production_failures_and_names_the_clusters_that_cro
     assert not decide(0, counted, WatchConfig(production_threshold=6))[0]
     assert decide(0, counted, WatchConfig(production_threshold=5))[0]
 
+    # the flow: judgements posted since are filed first, and the decision records what it counted
+    from campflow.config import load_config
+    from campflow.flows.watch import watch_flow
+
+    record(1, "gave_up_again", 0.0)
+    cfg = load_config(overrides={"workspace.path": str(tmp_path / "ws"), "watch.production_threshold": 100}, env={})
+    decision = watch_flow(cfg)
+    assert decision.production is not None and decision.production.total == 6
+    assert not decision.due and decision.started is None
+    assert store.query("SELECT production_failures, crossed_clusters, started_cycle_id FROM watch_decisions") == [
+        {"production_failures": 6, "crossed_clusters": [], "started_cycle_id": None}
+    ]
+
 
 def test_the_judges_reply_must_score_every_conversation_once() -> None:
     from campflow.proxy.judging import JudgeError
