@@ -116,7 +116,7 @@ def improve_run_name() -> str:
 @flow(name="improve", flow_run_name=improve_run_name, log_prints=False, validate_parameters=False)
 @stopping.unwinding
 def improve_flow(
-    cfg: CampflowConfig, cycle_id: str | None = None, resume: bool = False, cycles_n: int | None = None
+    cfg: CampflowConfig | str, cycle_id: str | None = None, resume: bool = False, cycles_n: int | None = None
 ) -> CycleSummary:
     """Run (or resume) ``cycles_n`` (default ``improve.cycles``) improvement cycles; returns the last's summary.
 

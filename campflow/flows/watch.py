@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prefect import flow
+from prefect import flow, get_run_logger
 
 from campflow.config import CampflowConfig, WatchConfig, as_config
 from campflow.flows.improve import CycleSummary, improve_flow
@@ -89,7 +89,7 @@ def _record(
 
 
 @flow(name="watch", log_prints=False, validate_parameters=False)
-def watch_flow(cfg: CampflowConfig) -> WatchDecision:
+def watch_flow(cfg: CampflowConfig | str) -> WatchDecision:
     """Start one improvement cycle if enough new failures have accumulated (and none is running).
     ``cfg`` may also be a dict or a YAML path (a deployment's parameters)."""
     cfg = as_config(cfg)
@@ -103,6 +103,8 @@ def watch_flow(cfg: CampflowConfig) -> WatchDecision:
         lock.acquire()  # held from the decision to the end of the cycle it starts
     except WorkspaceBusyError as busy:
         _record(store, count, threshold, production, crossed, None)
+        # a deployment's run says why on its page (the CLI prints the decision it returns)
+        get_run_logger().info(f"no cycle could start: {busy}")
         return WatchDecision(count, threshold, None, str(busy), production, crossed, due)
     try:
         running = cycles.latest_unfinished(store)
