@@ -23,25 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from campflow.bootcamps import registry
-from campflow.config import TinyModelConfig
 from campflow.proxy.app import RecordingProxy
 from campflow.proxy.backends import ChatRequest
 from campflow.proxy.local import LocalBackend
 from campflow.storage.store import Store
+from campflow.testing.tiny import untrained_tiny
 
-# the size of the tests' tiny model (tests/test_proxy.py): milliseconds a call, so the proxy's own cost shows
-TINY = TinyModelConfig(
-    seed=0,
-    vocab_size=1000,
-    hidden_size=32,
-    intermediate_size=64,
-    layers=2,
-    heads=2,
-    kv_heads=1,
-    max_positions=1024,
-    corpus_per_level=2,
-    pretrain={"steps": 0},
-)
+# the tests' untrained tiny model: milliseconds a call, so the proxy's own cost shows
+TINY = untrained_tiny()
 
 
 def tasks(n: int) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:

@@ -16,26 +16,15 @@ from aiohttp import web
 
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Action
-from campflow.config import TinyModelConfig
 from campflow.proxy.app import RecordingProxy
 from campflow.proxy.backends import ChatRequest, EndpointBackend
 from campflow.proxy.local import LocalBackend
 from campflow.proxy.records import merge_calls, read_calls
 from campflow.storage.store import Store
 from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint
+from campflow.testing.tiny import untrained_tiny
 
-TINY = TinyModelConfig(
-    seed=0,
-    vocab_size=1000,
-    hidden_size=32,
-    intermediate_size=64,
-    layers=2,
-    heads=2,
-    kv_heads=1,
-    max_positions=1024,
-    corpus_per_level=2,
-    pretrain={"steps": 0},
-)
+TINY = untrained_tiny()
 
 
 @pytest.fixture(scope="module")

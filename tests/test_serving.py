@@ -15,23 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from campflow.config import TinyModelConfig, load_config
+from campflow.config import load_config
 from campflow.errors import ServingError
 from campflow.serving import CheckpointServers, serve_checkpoint
+from campflow.testing.tiny import untrained_tiny
 
 TEST_SERVER = "{python} -m campflow.testing.serve_model {path} --port {port} --served-model-name {name}"
-TINY = TinyModelConfig(
-    seed=0,
-    vocab_size=1000,
-    hidden_size=32,
-    intermediate_size=64,
-    layers=2,
-    heads=2,
-    kv_heads=1,
-    max_positions=2048,
-    corpus_per_level=2,
-    pretrain={"steps": 0},
-)
+TINY = untrained_tiny(2048)
 
 
 @pytest.fixture(scope="module")
