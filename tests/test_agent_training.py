@@ -92,6 +92,23 @@ def setup(tmp_path_factory: pytest.TempPathFactory):
     return root, tiny, ws, instances
 
 
+def test_the_agents_sdk_example_taught_by_the_demonstrator_solves_and_exits_cleanly(setup) -> None:
+    _, tiny, ws, instances = setup
+    calculator = registry.make("calculator")
+    ws.store.start_run("teach-sdk", "collect", {}, "demonstrator")
+    runner = AgentRunner(
+        AgentProgram.parse(f"{PYTHON} {REPO / 'examples' / 'agents' / 'agents_sdk.py'}"),
+        DemonstratorBackend(tiny, device="cpu", precision="fp32"),
+        ws.store,
+        RolloutSettings(episode_timeout=60),
+        "teach-sdk",
+    )
+    (episode,) = asyncio.run(runner.run([AgentItem(calculator, instances[0], 0)]))
+    # several tool calls in one run: their ids differ (the SDK ends a run on an id it has seen completed)
+    assert (episode.termination.value, episode.reward) == ("solved", 1.0), episode.error
+    assert episode.details["agent"]["exit_code"] == 0 and episode.details["agent"]["model_calls"] >= 2
+
+
 def _completion_ids(store, episode_id: str) -> list[int]:
     """The ids the model (here: the demonstrator) produced in an episode, every call's in order."""
     return [t for c in read_calls(store, [episode_id]) for t in c["completion_ids"]]
@@ -196,6 +213,7 @@ def test_a_grpo_step_on_agent_episodes_trains_the_sampled_ids_with_the_verifiers
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # about 17 agent processes and a cycle's flows: minutes on a loaded 2-core machine
 @pytest.mark.usefixtures("prefect_harness")
 def test_campflow_improve_with_the_openai_sdk_example_runs_one_cycle_to_a_decision_and_a_report(tmp_path) -> None:
     from campflow.storage.query import run_sql
@@ -220,7 +238,7 @@ def test_campflow_improve_with_the_openai_sdk_example_runs_one_cycle_to_a_decisi
         improve__curriculum_n=1,
     )
     agent = f"{PYTHON} {REPO / 'examples' / 'agents' / 'openai_loop.py'}"
-    done = run_cli("improve", "--agent", agent, "--config", str(config), "--cycle-id", "c1", timeout=600)
+    done = run_cli("improve", "--agent", agent, "--config", str(config), "--cycle-id", "c1", timeout=1100)
     assert done.returncode == 0, done.stderr[-3000:]
     db = tmp_path / "ws" / "campflow.duckdb"
 
