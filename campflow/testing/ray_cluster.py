@@ -71,6 +71,7 @@ class LocalRayCluster:
             "RAY_USAGE_STATS_ENABLED": "0",
             # a loaded machine starts a node's agents and workers slowly: wait for them longer
             "RAY_agent_register_timeout_ms": "120000",
+            "RAY_raylet_start_wait_time_s": "300",
             "RAY_worker_register_timeout_seconds": "120",
             # a node killed is known dead after ~5 s, not ~30 s, so its tasks are not offered to it again
             "RAY_health_check_period_ms": "1000",
