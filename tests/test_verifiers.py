@@ -155,6 +155,7 @@ def test_a_single_turn_math_environment_imports_vets_evaluates_and_trains_one_sf
     assert trained.checkpoint.parent_model_id == base.model_id and trained.checkpoint.dataset_id == build.dataset_id
 
 
+@pytest.mark.slow
 def test_a_stateful_tool_environment_rewards_the_tools_work_not_the_answer_alone(workspace) -> None:
     _, store = workspace
     notes: list[str] = []
@@ -175,6 +176,7 @@ def test_a_stateful_tool_environment_rewards_the_tools_work_not_the_answer_alone
             assert "counter is now" in next(m["content"] for m in episode.transcript if m["role"] == "tool")
 
 
+@pytest.mark.slow
 def test_a_rubric_that_rewards_any_reply_is_refused_naming_the_exploit(workspace) -> None:
     _, store = workspace
     with pytest.raises(ImportSourceError, match=r"rewards a non-solution.*empty"):
@@ -182,6 +184,7 @@ def test_a_rubric_that_rewards_any_reply_is_refused_naming_the_exploit(workspace
     assert not store.query("SELECT name FROM imported_bootcamps WHERE name = 'vf-any'")
 
 
+@pytest.mark.slow
 def test_calculator_exported_runs_under_verifiers_own_evaluation_with_the_bootcamps_reward(workspace, tmp_path) -> None:
     from campflow.agents.openai_policy import EndpointPolicy
     from campflow.envserve.verifiers_export import export_verifiers
