@@ -10,7 +10,7 @@ latency over the episodes in flight. The thread runner runs the same flow with a
 as the nodes have. Every arm is warmed up first (a Ray job starts its worker processes on each node on
 its first tasks, and the first flow starts Prefect), then timed on fresh episodes.
 
-Run: python benchmarks/bench_scale.py [--episodes 96] [--latency 1.0] [--concurrency 8] [--cpus 1]
+Run: python benchmarks/bench_scale.py [--episodes 128] [--latency 1.0] [--concurrency 8] [--cpus 1]
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def evaluate_once(ws: Path, url: str, args: argparse.Namespace, runner: str, tas
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=96)
+    ap.add_argument("--episodes", type=int, default=128)
     ap.add_argument("--latency", type=float, default=1.0)
     ap.add_argument("--concurrency", type=int, default=8, help="episodes in flight per rollout task")
     ap.add_argument("--cpus", type=int, default=1, help="rollout tasks at a time per node")
