@@ -26,7 +26,7 @@ from campflow.bootcamps import registry
 from campflow.proxy.app import RecordingProxy
 from campflow.proxy.backends import ChatRequest
 from campflow.proxy.local import LocalBackend
-from campflow.storage.store import Store
+from campflow.storage.workspace import Workspace
 from campflow.testing.tiny import untrained_tiny
 
 # the tests' untrained tiny model: milliseconds a call, so the proxy's own cost shows
@@ -113,7 +113,7 @@ async def main(args: argparse.Namespace, folder: Path) -> None:
     backend = LocalBackend(
         folder / "tiny", device="cpu", precision="fp32", model_id="tiny", max_new_tokens=args.new_tokens
     )
-    store = Store(folder / "campflow.duckdb")
+    store = Workspace(folder).store
     work = tasks(args.calls)
     print(
         f"tiny model, greedy, {args.new_tokens} new tokens a call; {args.calls} calls an arm a round, "
@@ -124,15 +124,18 @@ async def main(args: argparse.Namespace, folder: Path) -> None:
         await proxied(proxy, "tiny", work[:4], 4, "warm")
         for concurrency in args.concurrency:
             wall: dict[str, list[float]] = {"direct": [], "proxy": []}
+            batches: dict[str, int] = {"direct": 0, "proxy": 0}
             cpu: dict[str, list[float]] = {"direct": [], "proxy": []}
             for r in range(args.rounds):
                 for arm in ("direct", "proxy") if r % 2 == 0 else ("proxy", "direct"):
+                    generated = backend._batches
                     if arm == "direct":
                         t0, c0 = time.perf_counter(), time.process_time()
                         await direct(backend, work, concurrency)
                         seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
                     else:
                         seconds, cpu_s = await proxied(proxy, "tiny", work, concurrency, f"c{concurrency}-r{r}")
+                    batches[arm] += backend._batches - generated
                     wall[arm].append(seconds / len(work))
                     cpu[arm].append(cpu_s / len(work))
             d, p = statistics.median(wall["direct"]), statistics.median(wall["proxy"])
@@ -140,7 +143,8 @@ async def main(args: argparse.Namespace, folder: Path) -> None:
             print(
                 f"concurrency {concurrency:>2}: direct {d * 1e3:7.1f} ms/call, proxy {p * 1e3:7.1f} ms/call, "
                 f"RATIO {p / d:.3f} (goal <= 1.1); CPU per call direct {dc * 1e3:.1f} ms, proxy {pc * 1e3:.1f} ms "
-                f"(the proxy's own: {(pc - dc) * 1e3:.1f} ms); store batches so far {proxy.log.batches}"
+                f"(the proxy's own: {(pc - dc) * 1e3:.1f} ms); calls a generation batch: direct "
+                f"{len(work) * args.rounds / batches['direct']:.1f}, proxy {len(work) * args.rounds / batches['proxy']:.1f}"
             )
     recorded = store.query("SELECT count(*) AS n FROM proxy_calls")[0]["n"]
     print(f"calls recorded: {recorded}")

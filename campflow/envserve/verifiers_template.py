@@ -67,10 +67,7 @@ class CampflowBootcampEnv(vf.MultiTurnEnv):
     """Each row is a campflow train-split instance; each turn goes to its campflow episode."""
 
     def __init__(self, config: dict[str, Any], **kwargs: Any) -> None:
-        rows = [
-            {"prompt": row["prompt"], "answer": "", "info": json.dumps(row)}
-            for row in config["rows"]
-        ]
+        rows = [{"prompt": row["prompt"], "answer": "", "info": json.dumps(row)} for row in config["rows"]]
         rubric = vf.Rubric(funcs=[self.bootcamp_reward, self.solved, self.partial_credit], weights=[1.0, 0.0, 0.0])
         super().__init__(dataset=Dataset.from_list(rows), rubric=rubric, max_turns=config["max_turns"], **kwargs)
         self.config = config

@@ -15,12 +15,15 @@ template renders after the reply's end. The model sees its own tokens, not its r
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from campflow.proxy.backends import Backend, ChatRequest, Generation, ProxyError, ServedCall
+
+BATCH_WAIT_S = 0.02  # the longest a batch waits for calls still being rendered
 
 
 @dataclass
@@ -70,6 +73,7 @@ class LocalBackend(Backend):
         self._queue: asyncio.Queue[_Pending] | None = None
         self._worker: asyncio.Task | None = None
         self._batches = 0
+        self._rendering = 0
         self._format: Any = None
 
     @property
@@ -138,9 +142,13 @@ class LocalBackend(Backend):
         return list(ids), text, None
 
     async def generate(self, request: ChatRequest, history: Sequence[ServedCall]) -> Generation:
-        tokenizer = await asyncio.to_thread(self.tokenizer)
-        # rendering and tokenizing take milliseconds: off the event loop, which serves the other episodes
-        prompt, text, continued = await asyncio.to_thread(self.prompt_ids, request, history)
+        self._rendering += 1  # a call on its way to the batch: the batch waits for it (see _serve)
+        try:
+            tokenizer = await asyncio.to_thread(self.tokenizer)
+            # rendering and tokenizing take milliseconds: off the event loop, which serves the other episodes
+            prompt, text, continued = await asyncio.to_thread(self.prompt_ids, request, history)
+        finally:
+            self._rendering -= 1
         limit = self.context_limit()
         if len(prompt) + self.max_new_tokens > limit:
             raise ProxyError(
@@ -225,9 +233,17 @@ class LocalBackend(Backend):
         assert self._queue is not None
         while True:
             batch = [await self._queue.get()]
-            await asyncio.sleep(0.002)  # let the other episodes' calls of this moment arrive
-            while len(batch) < self.batch_size and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            # the calls of this moment (the episodes a batch answered call again together) join it: those queued
+            # within 2 ms, and those still being rendered, for up to BATCH_WAIT_S (a lone call does not wait)
+            await asyncio.sleep(0.002)
+            deadline = time.monotonic() + BATCH_WAIT_S
+            while len(batch) < self.batch_size:
+                if not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
+                elif self._rendering and time.monotonic() < deadline:
+                    await asyncio.sleep(0.001)
+                else:
+                    break
             try:
                 results = await asyncio.to_thread(self._generate, [p.prompt for p in batch])
             except Exception as exc:  # noqa: BLE001  (every waiting call must hear about it)

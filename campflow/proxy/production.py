@@ -298,10 +298,10 @@ class ProductionProxy:
     def _write_records(self, records: Sequence[dict[str, Any]]) -> None:
         """Write spooled records to the store, skipping ids it holds (one transaction)."""
         from campflow.proxy.judging import judgements_to_arrow
-        from campflow.storage.store import Store
+        from campflow.storage.workspace import Workspace
 
         if self._store is None:
-            self._store = Store(self.db_path, lock_wait_s=self.lock_wait_s)
+            self._store = Workspace(self.db_path.parent, db=self.db_path, lock_wait_s=self.lock_wait_s).store
         calls = [r["row"] for r in records if r.get("kind") == "call"]
         judgements = [r["row"] for r in records if r.get("kind") == "judgement"]
         tables = {"_cf_calls": spooled_calls_to_arrow(calls), "_cf_judgements": judgements_to_arrow(judgements)}

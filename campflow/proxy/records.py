@@ -95,24 +95,28 @@ SCHEMA = pa.schema(
 )
 
 
+_JSON_COLUMNS = ("request", "response", "requested_sampling", "applied_sampling")
+
+
+def call_row(call: ProxyCall) -> dict[str, Any]:
+    """A call as a ``proxy_calls`` row without ``recorded_at`` (its JSON columns as text)."""
+    row: dict[str, Any] = {}
+    for name in SCHEMA.names:
+        if name == "recorded_at":
+            continue
+        value = getattr(call, name)
+        row[name] = None if value is None else to_json(value) if name in _JSON_COLUMNS else value
+    return row
+
+
 def calls_to_arrow(calls: Sequence[ProxyCall]) -> pa.Table:
     """Calls as an Arrow table in the ``proxy_calls`` column layout."""
     recorded = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
-    for c in calls:
-        for name in SCHEMA.names:
-            if name == "recorded_at":
-                value: Any = recorded
-            elif name in ("request", "response", "requested_sampling", "applied_sampling"):
-                raw = getattr(c, name)
-                value = None if raw is None else to_json(raw)
-            else:
-                value = getattr(c, name)
-            columns[name].append(value)
-    return pa.Table.from_pydict(columns, schema=SCHEMA)
+    return pa.Table.from_pylist([{**call_row(c), "recorded_at": recorded} for c in calls], schema=SCHEMA)
 
 
 SPOOLS = "proxy-spool"  # beside the store: one folder per running proxy
+COPY_INTERVAL_S = 1.0
 
 
 class CallLog:
@@ -131,7 +135,8 @@ class CallLog:
         root = Path(store.path).parent / SPOOLS
         self.spool = Spool(root / uuid.uuid4().hex[:12])
         self._held = _hold(self.spool.folder)
-        self.writer = SpoolWriter(self.spool, self._write)
+        # a copy opens the store (tens of ms of CPU): once a second, and whenever a reader flushes, not per call
+        self.writer = SpoolWriter(self.spool, self._write, interval_s=COPY_INTERVAL_S)
         self._leftovers = [p for p in root.iterdir() if p.is_dir() and p != self.spool.folder]
         self._copying = False
         self.batches = 0
@@ -143,9 +148,7 @@ class CallLog:
             for folder in self._leftovers:  # a killed proxy's calls, before this one's
                 await _copy_leftover(folder, self._write)
             self.writer.start()
-        row = calls_to_arrow([call]).drop_columns(["recorded_at"]).to_pylist()[0]
-        await self.spool.append(row)
-        self.writer.wake()
+        await self.spool.append(call_row(call))
 
     def _write(self, rows: Sequence[dict[str, Any]]) -> None:
         table = spooled_rows_to_arrow(rows)
