@@ -20,28 +20,18 @@ import pytest
 
 from campflow.bootcamps import registry
 from campflow.bootcamps.splits import train_instances
-from campflow.config import RLSettings, SFTSettings, TinyModelConfig, load_config
+from campflow.config import RLSettings, SFTSettings, load_config
 from campflow.proxy.program import AgentProgram
 from campflow.proxy.records import read_calls
 from campflow.proxy.runner import AgentItem, AgentRunner
 from campflow.proxy.teacher import DemonstratorBackend
 from campflow.rollout.engine import RolloutSettings
 from campflow.storage.workspace import Workspace
+from campflow.testing.tiny import untrained_tiny
 from tests.conftest import REPO
 
 PYTHON = shlex.quote(sys.executable)
-TINY = TinyModelConfig(
-    seed=0,
-    vocab_size=1000,
-    hidden_size=32,
-    intermediate_size=64,
-    layers=2,
-    heads=2,
-    kv_heads=1,
-    max_positions=1024,
-    corpus_per_level=2,
-    pretrain={"steps": 0},
-)
+TINY = untrained_tiny()
 
 # asks the model twice, appending its reply, then submits the right answer when the model's second reply has
 # an even length (the answers are in the file CAMPFLOW_TEST_ANSWERS names), a wrong one otherwise
