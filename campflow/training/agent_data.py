@@ -24,7 +24,6 @@ are rows like the model's own: its replies in the model's tokens, in the context
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from campflow.training.filtering import (
     _reject_reason,
     candidate_episodes,
     dataset_id,
+    save_rows,
 )
 
 SOURCE = "agent_episodes"
@@ -156,12 +156,7 @@ def build_agent_sft_dataset(
             "calls": datasets.Value("int32"),
         }
     )
-    if not path.exists():  # the id is a content hash: an existing folder already holds these rows
-        tmp = path.with_name(path.name + ".partial")
-        if tmp.exists():
-            shutil.rmtree(tmp)  # left by a killed build
-        datasets.Dataset.from_list(rows, features=features).save_to_disk(str(tmp))
-        tmp.replace(path)  # a finished folder appears whole, or not at all
+    save_rows(rows, features, path)
     record = {
         **cfg.model_dump(mode="json"),
         "dropped": dict(dropped),

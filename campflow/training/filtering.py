@@ -241,12 +241,7 @@ def build_sft_dataset(
             **({"images": datasets.List(datasets.Image())} if vision else {}),
         }
     )
-    if not path.exists():  # the id is a content hash: an existing folder already holds these rows
-        tmp = path.with_name(path.name + ".partial")
-        if tmp.exists():
-            shutil.rmtree(tmp)  # left by a killed build
-        datasets.Dataset.from_list(rows, features=features).save_to_disk(str(tmp))
-        tmp.replace(path)  # a finished folder appears whole, or not at all
+    save_rows(rows, features, path)
     _record(store, ds_id, "sft", path, len(rows), cfg, run_ids, dropped)
     return DatasetBuild(ds_id, "sft", path, len(rows), per_bootcamp, dict(dropped))
 
@@ -343,3 +338,17 @@ def export_verl(store: Store, run_ids: Sequence[str], cfg: FilterConfig, out: Pa
     return DatasetBuild(
         ds_id, "rl", out, len(records), dict(Counter(r["bootcamp"] for r in instances.values())), dict(dropped)
     )
+
+
+def save_rows(rows: list[dict[str, Any]], features: Any, path: Path) -> None:
+    """Save ``rows`` as a datasets folder at ``path``, whole or not at all; an existing folder is kept (a
+    dataset's id is a content hash: it already holds these rows)."""
+    import datasets
+
+    if path.exists():
+        return
+    tmp = path.with_name(path.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)  # left by a killed build
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(str(tmp))
+    tmp.replace(path)  # a finished folder appears whole, or not at all
