@@ -3,7 +3,9 @@ file is judged by what its classes are (imported in the sandbox), not by the nam
 
 A subclass of a built-in (``class ZeroCalculator(Calculator)``) is read and checked; the planted hack in it
 (the answer 0 pays) is refused by the hack battery, naming the exploit. docs/mcp.md's Python bootcamp
-(``class Notes(McpBootcamp[NotesParams])``), with a notes server written here, passes ``campflow bootcamps
+(``class Notes(McpBootcamp[NotesParams])``), with a notes server written here (MCP's stdio protocol in
+the standard library, for the checks start it about 40 times a run and an SDK server spends a second
+importing its SDK at each start; tests/test_mcp.py plays SDK servers), passes ``campflow bootcamps
 check`` and ``campflow import bootcamp`` (its server started in the sandbox, through campflow's guard only)
 and is built by the workspace's resolver. What truly is not a bootcamp is still one line.
 """
@@ -49,39 +51,67 @@ class ShortCalculator(Calculator):
     levels = {n: Calculator.levels[n] for n in (1, 2, 3)}
 '''
 
-NOTES_SERVER = '''"""The notes server docs/mcp.md's Python bootcamp plays on: notes kept in the JSON file --db names."""
+NOTES_SERVER = '''"""The notes server docs/mcp.md's Python bootcamp plays on: notes kept in the JSON file --db names.
+
+It speaks MCP's stdio transport (newline-delimited JSON-RPC: the initialize handshake, tools/list,
+tools/call) with the standard library only: it starts in a few milliseconds where an SDK server spends a
+second importing its SDK, and the checks start one for every episode they play (about 40 a run).
+"""
 
 import argparse
 import json
+import sys
 from pathlib import Path
-
-from mcp.server.mcpserver import MCPServer
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--db", required=True)
 db = Path(parser.parse_args().db)
-server = MCPServer("notes", instructions="Notes, kept in a file.")
+TOOLS = [
+    {
+        "name": "add_note",
+        "description": "Add one note.",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    },
+    {"name": "list_notes", "description": "Every note, in the order added.", "inputSchema": {"type": "object"}},
+]
 
 
 def _notes() -> list[str]:
     return json.loads(db.read_text()) if db.exists() else []
 
 
-@server.tool()
-def add_note(text: str) -> str:
-    """Add one note."""
-    db.write_text(json.dumps([*_notes(), text]))
-    return f"added {text!r}"
+def call(name: str, arguments: dict) -> dict:
+    if name == "add_note" and isinstance(arguments.get("text"), str):
+        db.write_text(json.dumps([*_notes(), arguments["text"]]))
+        return {"content": [{"type": "text", "text": f"added {arguments['text']!r}"}], "isError": False}
+    if name == "list_notes":
+        notes = {"notes": _notes()}
+        return {"content": [{"type": "text", "text": json.dumps(notes)}], "structuredContent": notes, "isError": False}
+    return {"content": [{"type": "text", "text": f"bad call: {name} {json.dumps(arguments)}"}], "isError": True}
 
 
-@server.tool()
-def list_notes() -> dict:
-    """Every note, in the order added."""
-    return {"notes": _notes()}
-
-
-if __name__ == "__main__":
-    server.run()
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:  # a notification (notifications/initialized): no reply
+        continue
+    method, params = message.get("method"), message.get("params") or {}
+    reply = {"jsonrpc": "2.0", "id": message["id"]}
+    if method == "initialize":
+        reply["result"] = {
+            "protocolVersion": params.get("protocolVersion"),
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": {"name": "notes", "version": "1"},
+            "instructions": "Notes, kept in a file.",
+        }
+    elif method == "tools/list":
+        reply["result"] = {"tools": TOOLS}
+    elif method == "tools/call":
+        reply["result"] = call(params.get("name"), params.get("arguments") or {})
+    elif method == "ping":
+        reply["result"] = {}
+    else:
+        reply["error"] = {"code": -32601, "message": f"method not found: {method}"}
+    print(json.dumps(reply), flush=True)
 '''
 
 
