@@ -571,3 +571,31 @@ def test_a_production_failure_cluster_becomes_a_validated_task_row_with_its_line
     assert {r["category"] for r in lineage} == {"wrong_answer:skipped_the_transfer"}
     trained_on = store.scalar("SELECT count(*) FROM instances WHERE origin = 'synthesized' AND split = 'train'")
     assert trained_on == 1  # the accepted task's instance, ready for the next cycle's collection
+
+    # the next cycle takes the accepted task up beside its own variants and collects on it; later ones do not
+    from campflow.config import load_config
+    from campflow.flows.collect import collection_instances
+    from campflow.storage.variants import pending_production_ids
+    from campflow.storage.workspace import Workspace
+
+    (accepted,) = [r["variant_id"] for r in store.query("SELECT variant_id FROM variants WHERE status = 'accepted'")]
+    assert pending_production_ids(store, ["calculator"], "c1") == []  # another bootcamp's cycle
+    assert pending_production_ids(store, ["mcp-ledger"], "c1") == [accepted]
+    ws_cfg = load_config(
+        overrides={
+            "workspace.path": str(tmp_path / "ws"),
+            "training.bootcamps": ["mcp-ledger"],
+            "training.collect_n": 2,
+            "synthesis.share": 0.5,
+        },
+        env={},
+    )
+    instances, synthesized = collection_instances(
+        ws_cfg, Workspace.from_config(ws_cfg), variant_ids=pending_production_ids(store, ["mcp-ledger"], "c1")
+    )
+    assert list(synthesized.values()) == [accepted] and len(instances) == 2
+    from campflow.storage import cycles
+
+    cycles.save_step(store, cycles.start(store, "c1"), "synthesize", variant_ids=[accepted])
+    assert pending_production_ids(store, ["mcp-ledger"], "c1") == [accepted]  # c1's own, on its resume
+    assert pending_production_ids(store, ["mcp-ledger"], "c2") == []  # taken up once

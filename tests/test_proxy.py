@@ -17,7 +17,7 @@ from aiohttp import web
 from campflow.bootcamps import registry
 from campflow.bootcamps.base import Action
 from campflow.proxy.app import RecordingProxy
-from campflow.proxy.backends import ChatRequest, EndpointBackend
+from campflow.proxy.backends import ChatRequest, EndpointBackend, ProxyError
 from campflow.proxy.local import LocalBackend
 from campflow.proxy.records import merge_calls, read_calls
 from campflow.storage.store import Store
@@ -57,10 +57,11 @@ async def _agent(
     stream: bool = False,
     nonce: str = "",
     model: str = "tiny",
+    retries: int = 0,
 ) -> list[Any]:
     """A plain OpenAI-SDK tool loop: call, run the tools asked for, otherwise nudge; ``turns`` calls."""
     key = proxy.open_episode(episode)
-    client = openai.AsyncOpenAI(base_url=proxy.base_url(episode), api_key=key, max_retries=0)
+    client = openai.AsyncOpenAI(base_url=proxy.base_url(episode), api_key=key, max_retries=retries)
     messages, tools, bootcamp, instance = _task(seed)
     if nonce:
         messages[-1]["content"] += f" (ticket {nonce})"
@@ -111,14 +112,10 @@ async def _streamed(client: openai.AsyncOpenAI, messages: list[dict], tools: lis
     return message
 
 
-def _forward_logprobs(tiny: Path, prompt: list[int], completion: list[int], temperature: float) -> list[float]:
+def _forward_logprobs(model: Any, prompt: list[int], completion: list[int], temperature: float) -> list[float]:
     """The completion's logprobs from one forward pass of the model over prompt + completion."""
     import torch
 
-    from campflow.agents.local import load_model
-    from campflow.hardware import resolve_hardware
-
-    model, _, _ = load_model(str(tiny), resolve_hardware("cpu", "fp32"))
     with torch.inference_mode():
         logits = model(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
         logp = torch.log_softmax(logits / temperature, dim=-1)
@@ -131,12 +128,22 @@ async def test_recorded_ids_are_the_ones_the_model_generated(tiny: Path, store: 
     from campflow.agents.local import load_model
     from campflow.hardware import resolve_hardware
 
+    # 50 episodes of three calls, greedy and sampled, eight at a time (batched together as they come)
+    async def episodes(proxy: RecordingProxy, kind: str, seeds: range) -> None:
+        slots = asyncio.Semaphore(8)
+
+        async def one(i: int) -> None:
+            async with slots:
+                await _agent(proxy, f"{kind}-{i}", seed=i, turns=3)
+
+        await asyncio.gather(*(one(i) for i in seeds))
+
     async with RecordingProxy(_local(tiny), store) as proxy:
-        await asyncio.gather(*(_agent(proxy, f"greedy-{i}", seed=i, turns=3) for i in range(3)))
+        await episodes(proxy, "greedy", range(25))
     async with RecordingProxy(_local(tiny, temperature=1.0, seed=7), store) as proxy:
-        await asyncio.gather(*(_agent(proxy, f"sampled-{i}", seed=i, turns=3) for i in range(3)))
+        await episodes(proxy, "sampled", range(25, 50))
     calls = read_calls(store)
-    assert len(calls) == 18 and all(c["status"] == 200 and c["trainable"] for c in calls)
+    assert len(calls) == 150 and all(c["status"] == 200 and c["trainable"] for c in calls)
 
     import torch
 
@@ -147,7 +154,7 @@ async def test_recorded_ids_are_the_ones_the_model_generated(tiny: Path, store: 
         prompt, completion, logprobs = list(c["prompt_ids"]), list(c["completion_ids"]), list(c["logprobs"])
         assert len(logprobs) == len(completion) > 0
         temperature = json.loads(c["applied_sampling"])["temperature"] or 1.0
-        assert _forward_logprobs(tiny, prompt, completion, temperature) == pytest.approx(logprobs, abs=1e-4)
+        assert _forward_logprobs(model, prompt, completion, temperature) == pytest.approx(logprobs, abs=1e-4)
         if c["episode_id"].startswith("greedy"):  # generation again, alone, from the recorded prompt ids
             with torch.inference_mode():
                 again = model.generate(
@@ -155,7 +162,8 @@ async def test_recorded_ids_are_the_ones_the_model_generated(tiny: Path, store: 
                 )[0, len(prompt) :].tolist()
             assert again == completion
         # what the agent got back was decoded from these ids; the sampling it asked for was not applied
-        text = tokenizer.decode(completion[:-1] if completion[-1] == tokenizer.eos_token_id else completion)
+        sampled = completion[:-1] if completion[-1] == tokenizer.eos_token_id else completion
+        text = tokenizer.decode(sampled, skip_special_tokens=True)  # a sampled <|im_start|> is not the agent's text
         assert json.loads(c["response"])["choices"][0]["message"]["content"] == text
         assert json.loads(c["requested_sampling"]) == {"temperature": 1.7, "top_p": 0.3, "seed": 123}
         retokenized_differs += (
@@ -192,26 +200,48 @@ async def test_append_only_episodes_merge_into_one_sequence_and_a_rewritten_hist
     assert len(sequences["rewriting"]) == 2 and all(sum(s.generated) > 0 for s in sequences["rewriting"])
 
 
+class _Overloaded(LocalBackend):
+    """The local model, answering every tenth call with a 503 as an overloaded server does."""
+
+    answered = 0
+
+    async def generate(self, request: ChatRequest, history: Any) -> Any:
+        self.answered += 1
+        if self.answered % 10 == 0:
+            raise ProxyError("overloaded: try again", status=503, kind="server_error", code="overloaded")
+        return await super().generate(request, history)
+
+
 async def test_concurrent_episodes_are_recorded_under_their_own_episode(tiny: Path, store: Store) -> None:
     from transformers import AutoTokenizer
 
-    nonces = {f"ep{i:02d}": f"Z{i * 7919 % 100000:05d}" for i in range(16)}
-    async with RecordingProxy(_local(tiny, max_new_tokens=6), store) as proxy:
+    nonces = {f"ep{i:02d}": f"Z{i * 7919 % 100000:05d}" for i in range(32)}
+    backend = _Overloaded(tiny, device="cpu", precision="fp32", model_id="tiny", max_new_tokens=6)
+    async with RecordingProxy(backend, store) as proxy:
         await asyncio.gather(
             *(
-                _agent(proxy, ep, seed=i, turns=2, stream=i % 2 == 1, nonce=n)
+                _agent(proxy, ep, seed=i, turns=2, stream=i % 2 == 1, nonce=n, retries=3)
                 for i, (ep, n) in enumerate(nonces.items())
             )
         )
     tokenizer = AutoTokenizer.from_pretrained(str(tiny))
-    calls = read_calls(store)
-    assert len(calls) == 32
-    for c in calls:
+    everything = read_calls(store)
+    failed = [c for c in everything if c["status"] == 503]
+    calls = [c for c in everything if c["status"] == 200]
+    assert len(calls) == 64 and len(failed) == len(everything) // 10 > 0 and len(everything) == 64 + len(failed)
+    by_id = {c["call_id"]: c for c in everything}
+    for c in failed:  # the agent's SDK retried it: the next call of its episode repeats it, linked
+        (retry,) = [r for r in everything if r["retry_of"] == c["call_id"]]
+        assert retry["episode_id"] == c["episode_id"] and retry["request"] == c["request"]
+    assert all(by_id[c["retry_of"]]["status"] == 503 for c in calls if c["retry_of"])
+    for c in everything:
         nonce = nonces[c["episode_id"]]
-        assert nonce in c["request"] and tokenizer.decode(c["prompt_ids"]).count(nonce) == 1
+        assert nonce in c["request"] and (c["status"] == 503 or tokenizer.decode(c["prompt_ids"]).count(nonce) == 1)
         assert not any(other in c["request"] for other in nonces.values() if other != nonce)
         assert c["stream"] == (int(c["episode_id"][2:]) % 2 == 1)
-    assert sorted((c["episode_id"], c["seq"]) for c in calls) == sorted((e, s) for e in nonces for s in range(2))
+    for episode in nonces:  # two answered calls each, every call numbered once in its episode
+        seqs = sorted(c["seq"] for c in everything if c["episode_id"] == episode)
+        assert seqs == list(range(len(seqs))) and sum(c["episode_id"] == episode for c in calls) == 2
 
 
 async def test_a_streamed_reply_carries_what_the_unstreamed_one_does(tiny: Path, store: Store) -> None:
@@ -268,6 +298,10 @@ def test_the_local_backend_parses_tool_calls_from_the_sampled_ids(tiny: Path) ->
     assert [c["function"] for c in message["tool_calls"]] == [
         {"name": "calculate", "arguments": '{"expression": "2 + 3"}'}
     ]
+    assert [c["id"] for c in message["tool_calls"]] == ["call_0_0"]  # the turn's number, then the call's
+    backend._format = None  # a template TRL has no response schema for: campflow's own parser reads the calls
+    again = backend.reply_message(tokenizer, ids, request, stopped=True, prompt_text="")
+    assert (again["content"], again["tool_calls"]) == (message["content"], message["tool_calls"])
     request.tool_choice = "none"  # the agent asked for no tool calls: the text stays text
     assert backend.reply_message(tokenizer, ids, request, stopped=True, prompt_text="")["content"] == text
 

@@ -274,7 +274,9 @@ def _synthesize(run: CycleRun) -> dict[str, Any]:
     run.servers.check()
     return {
         "synthesis_run": summary["run_id"],
-        "variant_ids": variants.run_variant_ids(run.store, summary["run_id"]),
+        # this synthesis's variants, and the tasks made from production failures since the last cycle
+        "variant_ids": variants.run_variant_ids(run.store, summary["run_id"])
+        + variants.pending_production_ids(run.store, run.cfg.training.bootcamps, run.cycle.cycle_id),
         "accepted": summary["accepted"],
     }
 

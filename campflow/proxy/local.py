@@ -73,6 +73,7 @@ class LocalBackend(Backend):
         self._queue: asyncio.Queue[_Pending] | None = None
         self._worker: asyncio.Task | None = None
         self._batches = 0
+        self._last_batch = 1  # calls the last generation batch held
         self._rendering = 0
         self._format: Any = None
 
@@ -205,8 +206,8 @@ class LocalBackend(Backend):
             content, reasoning, calls = parsed["content"], parsed["reasoning"], parsed["tool_calls"] or []
             calls = [{"id": f"call_{turn}_{i}", **c} for i, c in enumerate(calls)]
         elif parse:
-            turn = parse_turn(text, None, {}, max_calls=64)
-            content, reasoning = turn.content, turn.reasoning
+            said = parse_turn(text, None, {}, max_calls=64)
+            content, reasoning = said.content, said.reasoning
             # {} of tools: every named call is "unknown" to the parser, which still reads its name and
             # arguments; the agent's own tools decide what it means
             calls = [
@@ -215,7 +216,7 @@ class LocalBackend(Backend):
                     "type": "function",
                     "function": {"name": c.name, "arguments": c.raw_arguments},
                 }
-                for i, c in enumerate(c for c in turn.calls if c.name)
+                for i, c in enumerate(c for c in said.calls if c.name)
             ]
         else:
             from campflow.rollout.parsing import split_reasoning
@@ -233,17 +234,20 @@ class LocalBackend(Backend):
         assert self._queue is not None
         while True:
             batch = [await self._queue.get()]
-            # the calls of this moment (the episodes a batch answered call again together) join it: those queued
-            # within 2 ms, and those still being rendered, for up to BATCH_WAIT_S (a lone call does not wait)
+            # the calls of this moment join it: those queued within 2 ms, and for up to BATCH_WAIT_S those still
+            # being rendered and as many as the last batch held (the episodes a batch answered call again
+            # together, a few ms apart over HTTP); a lone call does not wait
             await asyncio.sleep(0.002)
             deadline = time.monotonic() + BATCH_WAIT_S
+            expected = min(self.batch_size, self._last_batch)
             while len(batch) < self.batch_size:
                 if not self._queue.empty():
                     batch.append(self._queue.get_nowait())
-                elif self._rendering and time.monotonic() < deadline:
+                elif (self._rendering or len(batch) < expected) and time.monotonic() < deadline:
                     await asyncio.sleep(0.001)
                 else:
                     break
+            self._last_batch = len(batch)
             try:
                 results = await asyncio.to_thread(self._generate, [p.prompt for p in batch])
             except Exception as exc:  # noqa: BLE001  (every waiting call must hear about it)
