@@ -346,13 +346,18 @@ def test_sft_batches_sequences_of_similar_length_when_asked(tmp_path, grouped, s
 
 @pytest.mark.slow
 def test_models_and_datasets_built_with_a_relative_workspace_are_found_from_another_folder(
-    prefect_harness, tmp_path
+    prefect_harness, tmp_path, monkeypatch
 ) -> None:
-    """`make run` writes into ./campflow-data; a later command from elsewhere names that workspace by its path."""
+    """`make run` writes into ./campflow-data; a later command from elsewhere names that workspace by its path.
+
+    The base and the dataset are built here in this process, as `campflow train base` and `campflow dataset
+    build` build them (a workspace config naming the relative folder, run from the project's folder); the
+    commands that must find them from another folder run as a user runs them."""
     import re
 
     from prefect.settings import PREFECT_API_URL
 
+    from campflow.storage.workspace import Workspace
     from tests.conftest import run_cli
 
     def ok(*argv: str, cwd: Path, workspace: str) -> str:
@@ -368,11 +373,20 @@ def test_models_and_datasets_built_with_a_relative_workspace_are_found_from_anot
     )
     here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     here.mkdir(), elsewhere.mkdir()
-    ok("collect", "-b", "calculator", "-n", "4", "--run-id", "teacher", cwd=here, workspace="campflow-data")
-    built = ok("dataset", "build", "--runs", "teacher", cwd=here, workspace="campflow-data")
-    dataset = re.search(r"dataset (\S+):", built).group(1)
-    made = ok("train", "base", "-b", "calculator", cwd=here, workspace="campflow-data")
-    base = re.search(r"base (base-\S+) at", made).group(1)
+    monkeypatch.chdir(here)
+    cfg = load_config(config, {"workspace.path": "campflow-data", "training.bootcamps": ["calculator"]}, env={})
+    ws = Workspace.from_config(cfg)
+    assert not ws.path.is_absolute()
+    calc = registry.make("calculator")
+    teacher = train_instances(calc, 4)
+    ws.store.write_instances(teacher, split="train")
+    ws.store.start_run("teacher", "collect", {}, "oracle")
+    ws.store.write_episodes(
+        asyncio.run(run_episodes([EpisodeSpec(calc, i) for i in teacher], OraclePolicy(), run_id="teacher"))
+    )
+    dataset = build_sft_dataset(ws.store, ws.path, ["teacher"], cfg.training.filter).dataset_id
+    base = ensure_base(ws.store, cfg).model_id
+    monkeypatch.chdir(tmp_path)
 
     workspace = str(here / "campflow-data")
     trained = ok(
