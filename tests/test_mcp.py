@@ -400,18 +400,11 @@ WEAK_SQLITE_TASK = {  # passes when the table merely exists
 }
 
 
-@pytest.mark.parametrize("server", ["ledger", "sqlite"])
-def test_import_mcp_refuses_a_planted_weak_check_naming_the_exploit_and_records_nothing(
-    server: str, tmp_path: Path
-) -> None:
-    if server == "sqlite" and not SQLITE.exists():
-        pytest.skip("mcp-server-sqlite's environment is made by `make mcp-servers`")
-    command, task = {
-        "ledger": (f"{sys.executable} {LEDGER} --seed {{seed}}", WEAK_LEDGER_TASK),
-        "sqlite": (f"{SQLITE} --db-path {{workdir}}/db.sqlite", WEAK_SQLITE_TASK),
-    }[server]
+def test_import_mcp_refuses_a_planted_weak_check_naming_the_exploit_and_records_nothing(tmp_path: Path) -> None:
+    # mcp-server-sqlite's planted weak check (WEAK_SQLITE_TASK) is caught in its import below, beside good tasks
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps(task) + "\n")
+    tasks.write_text(json.dumps(WEAK_LEDGER_TASK) + "\n")
+    command = f"{sys.executable} {LEDGER} --seed {{seed}}"
     done = run_cli("import", "mcp", "--server", command, "--tasks", str(tasks), "--name", "weak", cwd=tmp_path)
     out = done.stdout + done.stderr
     assert done.returncode == 2 and "Traceback" not in out, out
@@ -496,15 +489,19 @@ def test_mcp_server_sqlite_imports_by_the_cli_and_the_oracle_solves_its_tasks(tm
     from campflow.storage.imports import recorded
     from campflow.storage.store import Store
 
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("\n".join(json.dumps(t) for t in SQLITE_TASKS) + "\n")
+    tasks = tmp_path / "tasks.jsonl"  # with a planted weak check: the battery drops that task, naming the exploit
+    tasks.write_text("\n".join(json.dumps(t) for t in [*SQLITE_TASKS, WEAK_SQLITE_TASK]) + "\n")
     done = run_cli(
         "import", "mcp", "--server", f"{SQLITE} --db-path {{workdir}}/db.sqlite", "--tasks", str(tasks),
         "--name", "mcp-sqlite", cwd=tmp_path,
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 of 2 tasks kept" in done.stdout and "read_query" in done.stdout
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in out, out
+    assert "note: task orders-exist dropped: its verifier rewards a non-solution" in out, out
+    assert "oracle_perturbed_" in out, out
+    assert "2 of 3 tasks kept" in done.stdout and "read_query" in done.stdout
     [spec] = recorded(Store(tmp_path / "campflow-data" / "campflow.duckdb"))
+    assert [t["id"] for t in spec.options["tasks"]] == ["orders-table", "orders-question"]
     bootcamp = build_bootcamp(spec)
     instances = [bootcamp.generate(1, 0), bootcamp.generate(2, 0)]
     episodes = play(bootcamp, instances, OraclePolicy())
