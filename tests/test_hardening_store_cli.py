@@ -492,14 +492,13 @@ def test_ctrl_c_mid_evaluation_says_where_it_stopped_and_the_rerun_completes_it(
         "--run-id",
         "stopped",
     ]
+    # the session's Prefect API (tests/conftest.py): tests/test_stopping.py's evaluation chain stops commands
+    # that start their own; here the line and the rerun are the point, and an own server cost ~15 s
     env = {**os.environ, "COLUMNS": "200", "CAMPFLOW__ROLLOUT__SHARD_SIZE": "2", "CAMPFLOW__ROLLOUT__WORKERS": "1"}
-    # its own Prefect home: the session's test API keeps its database in the shared one
-    env["PREFECT_HOME"] = str(tmp_path / "prefect")
-    env.pop("PREFECT_API_URL", None)
     exe = str(Path(sys.executable).parent / "campflow")
     # slow enough that the interrupt lands mid-evaluation even on a loaded machine (20 episodes take ~1 min)
     with ScriptedEndpoint(_oracle(), latency=0.6) as server:
-        # its own process group, as a terminal's foreground job: Ctrl-C reaches Prefect's API server too
+        # its own process group, as a terminal's foreground job: Ctrl-C reaches every process it started
         proc = subprocess.Popen(
             [exe, *args, "--base-url", server.url],
             cwd=tmp_path,
