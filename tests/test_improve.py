@@ -25,12 +25,19 @@ def _sql(db: Path, query: str) -> list[tuple]:
     return run_sql(db, query, wait_s=30).rows
 
 
-@pytest.mark.slow
-def test_one_cycle_trains_reports_and_records_its_decision(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def one_cycle(tmp_path_factory: pytest.TempPathFactory):
+    """One cycle c1 of the tiny loop, completed (the tests of its record and of the commands that read it)."""
     from campflow.flows.improve import improve
 
-    cfg = load_config(write_tiny_config(tmp_path / "ws", improve__inspect_logs=True), env={})
-    summary = improve(cfg, cycle_id="c1")
+    config = write_tiny_config(tmp_path_factory.mktemp("one-cycle") / "ws", improve__inspect_logs=True)
+    cfg = load_config(config, env={})
+    return config, cfg, improve(cfg, cycle_id="c1")
+
+
+@pytest.mark.slow
+def test_one_cycle_trains_reports_and_records_its_decision(one_cycle) -> None:
+    _, cfg, summary = one_cycle
     db = cfg.workspace.db_path
     status, before, after, promoted, candidate, decision = _sql(
         db, "SELECT status, before_value, after_value, promoted, candidate_model_id, decision FROM cycles"
@@ -125,7 +132,7 @@ def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resu
 ) -> None:
     ws = tmp_path / "ws"
     config = write_tiny_config(
-        ws, eval__n=12, rollout__shard_size=2, rollout__concurrency=2, training__sft__max_steps=40
+        ws, eval__n=6, rollout__shard_size=2, rollout__concurrency=2, training__sft__max_steps=40
     )
     db = ws / "campflow.duckdb"
 
@@ -139,7 +146,7 @@ def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resu
     _wait_until(proc, evaluating, "the evaluation started writing episodes")
     _kill(proc)
     written = _sql(db, "SELECT count(*) FROM episodes WHERE run_id = 'k1-before'")[0][0]
-    assert 0 < written < 24, "killed during the evaluation, not before or after it"
+    assert 0 < written < 12, "killed during the evaluation, not before or after it"
 
     def training() -> bool:
         return any(p.name.endswith(".partial") and p.name.startswith("sft-") for p in (ws / "models").glob("*"))
@@ -167,7 +174,7 @@ def test_a_cycle_killed_during_evaluation_and_stopped_by_sigterm_during_sft_resu
 
     assert _sql(db, "SELECT status FROM cycles") == [("completed",)]
     per_run = dict(_sql(db, "SELECT run_id, count(*) FROM episodes GROUP BY run_id"))
-    assert per_run["k1-before"] == per_run["k1-after"] == 24
+    assert per_run["k1-before"] == per_run["k1-after"] == 12
     assert _sql(db, "SELECT count(*) - count(DISTINCT episode_id) FROM episodes") == [(0,)]
     assert _sql(db, "SELECT count(*) - count(DISTINCT variant_id) FROM variants") == [(0,)]
     assert _sql(db, "SELECT kind, count(*) FROM datasets GROUP BY kind") == [("sft", 1)]
@@ -255,13 +262,10 @@ def test_watch_starts_no_cycle_below_the_threshold_and_exactly_one_above(tmp_pat
     ] == [False, True, False]
 
 
-def test_report_command_writes_the_page_of_the_latest_cycle(tmp_path) -> None:
-    from campflow.flows.improve import improve
-
-    config = write_tiny_config(tmp_path / "ws", improve__rl=False)
-    improve(load_config(config, env={}), cycle_id="r1")
+def test_report_command_writes_the_page_of_the_latest_cycle(one_cycle) -> None:
+    config, _, _ = one_cycle
     out = run_cli("report", "--config", str(config))
     assert out.returncode == 0, out.stderr
-    assert "cycle r1" in out.stdout and "index.html" in out.stdout
+    assert "cycle c1" in out.stdout and "index.html" in out.stdout
     cycles_out = run_cli("cycles", "--config", str(config))
-    assert "r1" in cycles_out.stdout and "completed" in cycles_out.stdout
+    assert "c1" in cycles_out.stdout and "completed" in cycles_out.stdout

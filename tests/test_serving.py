@@ -276,7 +276,17 @@ def test_a_cycle_with_launched_servers_gives_the_pass_rates_of_an_inprocess_cycl
     for kind in ("inprocess", "launch"):
         ws = tmp_path / kind
         cfg = load_config(
-            write_tiny_config(ws, improve__rl=False, serving__kind=kind, serving__command=TEST_SERVER), env={}
+            # the pass rates must agree whatever the budgets: the smallest that still trains and evaluates both
+            write_tiny_config(
+                ws,
+                improve__rl=False,
+                serving__kind=kind,
+                serving__command=TEST_SERVER,
+                eval__n=4,
+                training__collect_n=4,
+                training__sft__max_steps=4,
+            ),
+            env={},
         )
         summary = improve(cfg, cycle_id="c1")
         results[kind] = (summary.pass_before, summary.pass_after)
