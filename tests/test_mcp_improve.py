@@ -1,6 +1,9 @@
 """One improvement cycle on an imported MCP bootcamp with the embedded model, RL included: the cycle's
 evaluation, collection, calibration and GRPO all play the MCP server's tasks, each episode on its own server.
 
+The cycle is the one `watch` starts when judged failures of a deployed agent cross the production threshold
+(and not before), and it collects on the ledger task made from their cluster (``campflow proxy tasks``).
+
 The tiny model's learnable band is usually empty (a few SFT steps solve nothing or everything), so the band
 is planted on top of the real calibration, as tests/test_candidate_choice.py does: the first calibrated
 instance becomes RL's prompt, the second the held-out one. Everything else is the cycle's own.
@@ -23,7 +26,7 @@ from tests.test_mcp import LEDGER, LEDGER_TASKS, _servers_gone
 @pytest.mark.usefixtures("prefect_harness")
 def test_one_cycle_on_an_imported_mcp_bootcamp_reaches_rl_and_leaves_no_server(tmp_path, monkeypatch) -> None:
     from campflow.flows import band
-    from campflow.flows.improve import improve
+    from campflow.flows.watch import watch_flow
     from campflow.mcp.server import ServerSpec
     from campflow.mcp.tasks import parse_tasks
     from campflow.storage.imports import import_mcp_tasks
@@ -60,10 +63,25 @@ def test_one_cycle_on_an_imported_mcp_bootcamp_reaches_rl_and_leaves_no_server(t
         return band.Band(found.run_id, found.calibrated, ids[:1], ids[1:2])
 
     monkeypatch.setattr(band, "find_band", planted_band)
-    summary = improve(cfg, cycle_id="c1")
+    accepted = _production_task(cfg)
+    cfg.watch.threshold, cfg.watch.production_threshold = 10**6, 5
+    assert watch_flow(cfg).started is None  # four judged failures: below the threshold
+    cfg.watch.production_threshold = 4
+    decision = watch_flow(cfg)
+    assert decision.production.total == 4 and decision.started is not None
+    summary = decision.started
+    c1 = summary.cycle_id
 
     def sql(query: str) -> list[tuple]:
-        return run_sql(cfg.workspace.db_path, query, wait_s=30).rows
+        return run_sql(cfg.workspace.db_path, query.replace("'c1-", f"'{c1}-"), wait_s=30).rows
+
+    # the task made from production failures was collected on (the demonstrator's transcripts SFT trains on)
+    assert accepted in json.loads(sql("SELECT state FROM cycles")[0][0])["variant_ids"]
+    collected = sql(
+        "SELECT count(*) FROM episodes e JOIN instances i USING (instance_id) "
+        f"WHERE e.run_id = 'c1-collect' AND i.variant_id = '{accepted}'"
+    )
+    assert collected[0][0] > 0
 
     assert sql("SELECT status FROM cycles") == [("completed",)]
     assert found_by_calibration[0].calibrated > 0  # the band's calibration played the MCP bootcamp
@@ -77,8 +95,56 @@ def test_one_cycle_on_an_imported_mcp_bootcamp_reaches_rl_and_leaves_no_server(t
     state = json.loads(sql("SELECT state FROM cycles")[0][0])
     assert state["rl_model"] == kinds["rl"][0] and set(state["rl_effect"]) >= {"sft", "rl"}
     runs = dict(sql("SELECT run_id, kind FROM runs"))
-    assert runs["c1-before"] == runs["c1-after"] == "evaluate" and runs["c1-band-rl"] == "calibrate"
+    assert runs[f"{c1}-before"] == runs[f"{c1}-after"] == "evaluate" and runs[f"{c1}-band-rl"] == "calibrate"
     assert set(summary.pass_before) == set(summary.pass_after) == {"mcp-ledger"}
     infra = sql("SELECT count(*) FROM episodes WHERE termination = 'infra_error'")[0][0]
     assert infra == 0  # every episode had its server
     assert _servers_gone(pids) == []
+
+
+def _production_task(cfg) -> str:
+    """Four conversations of a deployed agent judged failed by the application, filed into a cluster, and a
+    ledger task proposed from it (a scripted synthesis endpoint) and validated: its variant id."""
+    from campflow.proxy.filing import file_judged
+    from campflow.proxy.judging import Judgement, record_judgements
+    from campflow.proxy.production import spooled_calls_to_arrow
+    from campflow.proxy.records import ProxyCall, calls_to_arrow
+    from campflow.storage.store import Store, now
+    from campflow.synthesis.from_production import synthesize_from_production
+    from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
+
+    store = Store(cfg.workspace.db_path)
+    asked = {"role": "user", "content": "Open an account for Bo with 12."}
+    said = {"role": "assistant", "content": "Done, Bo has an account."}
+    calls = [
+        ProxyCall(f"c{k}", f"bank-{k}", 0, "upstream", "shop-model", 200, now(),
+                  request={"messages": [asked]}, response={"choices": [{"message": said}]})
+        for k in range(4)
+    ]  # fmt: skip
+    rows = calls_to_arrow(calls).drop_columns(["recorded_at"]).to_pylist()
+    store.insert(
+        "proxy_calls",
+        spooled_calls_to_arrow([{**r, "upstream_latency_s": 0.1, "conversation": "path"} for r in rows]),
+        on_conflict="error",
+    )
+    record_judgements(store, [Judgement(f"bank-{k}", "feedback", "application", 0.0, "no account") for k in range(4)])
+    filed = file_judged(store, cfg.production, cfg.synthesis)
+    (cluster,) = [
+        r["cluster_id"] for r in store.query("SELECT cluster_id FROM clusters WHERE run_id = ?", [filed.run_id])
+    ]
+    task = {
+        "id": "open-bo",
+        "level": 1,
+        "prompt": "Open an account named bo with balance 12.",
+        "reference": [{"tool": "open_account", "arguments": {"name": "bo", "balance": 12}}],
+        "checks": [{"call": {"tool": "balances"}, "path": ["bo"], "equals": 12}],
+    }
+    synthesis = cfg.synthesis.model_copy(
+        update={"synthesizer": "llm", "n_per_cluster": 1, "probes_per_variant": 0, "calibration_samples": 0}, deep=True
+    )
+    reply = json.dumps({"proposals": [{"params": {"level": 1, "row": task}, "rationale": "as in production"}]})
+    with ScriptedEndpoint(ReplyScript([reply])) as server:
+        synthesis.llm.model, synthesis.llm.base_url, synthesis.llm.max_requests = "scripted", server.url, 1
+        summary = synthesize_from_production(store, cluster, "mcp-ledger", synthesis)
+    assert summary.accepted == 1, summary
+    return store.scalar("SELECT variant_id FROM variants WHERE synthesizer = 'llm-production' AND status = 'accepted'")

@@ -126,8 +126,13 @@ def test_a_single_turn_math_environment_imports_vets_evaluates_and_trains_one_sf
     spec, bootcamp = imported(workspace, "math_single_turn.py", "vf-math", notes)
     assert spec.options["oracle"] and spec.options["answer_format"] == "{answer}" and not notes, notes
     assert sorted(bootcamp.levels) == [1] and [t.name for t in bootcamp.tools(bootcamp.generate(None, 0))] == ["submit"]
-    probes = store.query("SELECT count(*) AS n, max(reward) AS top FROM verifier_probes WHERE subject = 'vf-math'")[0]
-    assert probes["n"] > 10 and probes["top"] == 0.0  # empty, echoed, hedged, 100 KB: nothing earns a reward
+    probes = store.query(
+        "SELECT count(*) AS n, coalesce(max(reward) FILTER (WHERE verdict <> 'oracle_agrees'), 0) AS top, "
+        "count(*) FILTER (WHERE verdict = 'hack') AS hacks FROM verifier_probes WHERE subject = 'vf-math'"
+    )[0]
+    # empty, echoed, hedged, 100 KB: nothing earns a reward, but for an echo that is the answer (row 0 asks
+    # "0 + 3": its second number is its sum), which the oracle would give too
+    assert probes["n"] > 10 and probes["top"] == 0.0 and probes["hacks"] == 0, probes
 
     evals, train = eval_instances(bootcamp, 4), train_instances(bootcamp, 8)
     assert {i.data["split"] for i in evals} == {"eval"} and {i.data["split"] for i in train} == {"train"}
