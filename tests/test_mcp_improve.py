@@ -19,6 +19,7 @@ import pytest
 from campflow.config import load_config
 from campflow.storage.query import run_sql
 from tests.loop_config import write_tiny_config
+from tests.production_records import record_judged
 from tests.test_mcp import LEDGER, LEDGER_TASKS, _servers_gone
 
 
@@ -106,28 +107,14 @@ def _production_task(cfg) -> str:
     """Four conversations of a deployed agent judged failed by the application, filed into a cluster, and a
     ledger task proposed from it (a scripted synthesis endpoint) and validated: its variant id."""
     from campflow.proxy.filing import file_judged
-    from campflow.proxy.judging import Judgement, record_judgements
-    from campflow.proxy.production import spooled_calls_to_arrow
-    from campflow.proxy.records import ProxyCall, calls_to_arrow
-    from campflow.storage.store import Store, now
+    from campflow.storage.store import Store
     from campflow.synthesis.from_production import synthesize_from_production
     from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
 
     store = Store(cfg.workspace.db_path)
     asked = {"role": "user", "content": "Open an account for Bo with 12."}
     said = {"role": "assistant", "content": "Done, Bo has an account."}
-    calls = [
-        ProxyCall(f"c{k}", f"bank-{k}", 0, "upstream", "shop-model", 200, now(),
-                  request={"messages": [asked]}, response={"choices": [{"message": said}]})
-        for k in range(4)
-    ]  # fmt: skip
-    rows = calls_to_arrow(calls).drop_columns(["recorded_at"]).to_pylist()
-    store.insert(
-        "proxy_calls",
-        spooled_calls_to_arrow([{**r, "upstream_latency_s": 0.1, "conversation": "path"} for r in rows]),
-        on_conflict="error",
-    )
-    record_judgements(store, [Judgement(f"bank-{k}", "feedback", "application", 0.0, "no account") for k in range(4)])
+    record_judged(store, {f"bank-{k}": (asked, said) for k in range(4)}, 0.0, "no account")
     filed = file_judged(store, cfg.production, cfg.synthesis)
     (cluster,) = [
         r["cluster_id"] for r in store.query("SELECT cluster_id FROM clusters WHERE run_id = ?", [filed.run_id])

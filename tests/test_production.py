@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 from campflow.config import JudgeConfig, ProductionConfig, RedactionConfig, SynthesisConfig, WatchConfig
 from campflow.flows.watch import ProductionCount, decide, production_failures
 from campflow.proxy.filing import file_judged
-from campflow.proxy.judging import Judgement, judge_unjudged, read_scores, record_judgements
+from campflow.proxy.judging import judge_unjudged, read_scores
 from campflow.proxy.production import CONVERSATION_HEADER, ProductionProxy
 from campflow.storage.store import Store
+from tests.production_records import record_judged
 
 KEY = "sk-team-KEY-0123456789"
 SECRET = re.compile(rb"secret-\d{6}")
@@ -406,32 +407,12 @@ def test_watch_counts_judged_production_failures_and_names_the_clusters_that_cro
 
     # counted from the store: feedback filed into a production run, clustered, counted per cluster
     store = Store(tmp_path / "ws" / "campflow.duckdb")
-    from campflow.proxy.production import spooled_calls_to_arrow
-    from campflow.proxy.records import ProxyCall, calls_to_arrow
-    from campflow.storage.store import now
 
     def record(n: int, label: str, score: float) -> None:
-        calls = [
-            ProxyCall(
-                f"{label}-{n}-{k}",
-                f"{label}-{k}",
-                0,
-                "upstream",
-                "shop-model",
-                200,
-                now(),
-                request={"messages": [{"role": "user", "content": f"{label} {k}"}]},
-                response={"choices": [{"message": {"role": "assistant", "content": "done"}}]},
-            )
-            for k in range(n)
-        ]
-        rows = calls_to_arrow(calls).drop_columns(["recorded_at"]).to_pylist()
-        store.insert(
-            "proxy_calls",
-            spooled_calls_to_arrow([{**r, "upstream_latency_s": 0.1, "conversation": "path"} for r in rows]),
-            on_conflict="error",
+        said = {"role": "assistant", "content": "done"}
+        record_judged(
+            store, {f"{label}-{k}": ({"role": "user", "content": f"{label} {k}"}, said) for k in range(n)}, score, label
         )
-        record_judgements(store, [Judgement(f"{label}-{k}", "feedback", "application", score, label) for k in range(n)])
 
     record(3, "wrong_refund", 0.0)
     record(5, "happy", 1.0)
@@ -481,10 +462,7 @@ def test_a_production_failure_cluster_becomes_a_validated_task_row_with_its_line
     """Judged production failures, clustered; a scripted synthesis endpoint proposes three ledger tasks."""
     from campflow.mcp.server import ServerSpec
     from campflow.mcp.tasks import parse_tasks
-    from campflow.proxy.production import spooled_calls_to_arrow
-    from campflow.proxy.records import ProxyCall, calls_to_arrow
     from campflow.storage.imports import import_mcp_tasks
-    from campflow.storage.store import now
     from campflow.synthesis.from_production import synthesize_from_production
     from campflow.testing.scripted_server import ReplyScript, ScriptedEndpoint
 
@@ -502,24 +480,9 @@ def test_a_production_failure_cluster_becomes_a_validated_task_row_with_its_line
         parse_tasks([json.dumps(task)], "ledger.jsonl"),
         store,
     )
-    conversation = [
-        {"role": "user", "content": "Open an account for Bo with 12 and move 3 to it from savings."},
-        {"role": "assistant", "content": "I opened the account for Bo with 12."},
-    ]
-    calls = [
-        ProxyCall(f"c{k}", f"bank-{k}", 0, "upstream", "shop-model", 200, now(),
-                  request={"messages": conversation[:1]}, response={"choices": [{"message": conversation[1]}]})
-        for k in range(4)
-    ]  # fmt: skip
-    rows = calls_to_arrow(calls).drop_columns(["recorded_at"]).to_pylist()
-    store.insert(
-        "proxy_calls",
-        spooled_calls_to_arrow([{**r, "upstream_latency_s": 0.1, "conversation": "path"} for r in rows]),
-        on_conflict="error",
-    )
-    record_judgements(
-        store, [Judgement(f"bank-{k}", "feedback", "application", 0.0, "skipped the transfer") for k in range(4)]
-    )
+    asked = {"role": "user", "content": "Open an account for Bo with 12 and move 3 to it from savings."}
+    said = {"role": "assistant", "content": "I opened the account for Bo with 12."}
+    record_judged(store, {f"bank-{k}": (asked, said) for k in range(4)}, 0.0, "skipped the transfer")
     filed = file_judged(store, ProductionConfig(upstream="http://x/v1"))
     (cluster_id,) = [
         r["cluster_id"] for r in store.query("SELECT cluster_id FROM clusters WHERE run_id = ?", [filed.run_id])
