@@ -14,14 +14,16 @@ naming what failed). Requests run concurrently, so many episodes share one proce
 - ``describe``: the environment's class and protocol, its tools (name, description, JSON schema), turn
   budget, reward functions with their weights, and the rows of ``dataset`` and ``eval_dataset`` (prompt
   messages, answer, info, task);
-- ``open``: a rollout state for one row (``split``, ``index``), set up as the environment sets it up;
+- ``open``: a rollout state for one row (``split``, ``index``; or a ``row`` given whole: a proposed one),
+  set up as the environment sets it up;
 - ``step``: one assistant message into the rollout: the environment's stop conditions are asked, then its
   ``env_response`` (tool calls run here, ``update_tool_args`` included); answers the messages it said and
   whether the rollout is over;
 - ``finish``: the final assistant reply (``answer``; none where the episode ended without one), then the
   environment's cleanup and its rubric: ``reward`` (the weighted sum) and ``metrics``;
 - ``close``: drop a rollout without scoring it;
-- ``score``: ``open`` and ``finish`` at once: the rubric's reward of ``answer`` as the only reply.
+- ``score``: ``open`` and ``finish`` at once: the rubric's reward of ``answer`` as the only reply (in a
+  custom multi-turn protocol the reply is a ``step``, so the environment answers it before the rubric).
 
 The rollout is the environment's own, step by step: :meth:`MultiTurnEnv.rollout` asks the model for each
 turn where here campflow's engine hands the turn in, so what the environment does between turns is
@@ -146,7 +148,14 @@ class Bridge:
         self.rollouts: dict[str, dict[str, Any]] = {}
         self._inputs: dict[str, list[Any]] = {}
 
-    def _input(self, split: str, index: int) -> dict[str, Any]:
+    def _input(self, split: str, index: int, row: dict[str, Any] | None = None) -> dict[str, Any]:
+        if row is not None:  # a proposed row: prompt, answer and info as campflow formatted them
+            return {
+                "prompt": row["prompt"],
+                "answer": row.get("answer"),
+                "info": row.get("info") or {},
+                "example_id": -1,
+            }
         if split not in self._inputs:
             dataset = self.env.get_eval_dataset() if split == "eval" else self.env.get_dataset()
             self._inputs[split] = dataset.to_list()
@@ -166,18 +175,20 @@ class Bridge:
             "max_turns": int(getattr(env, "max_turns", 1) or -1),
             "reward_functions": _weights(env.rubric),
             "parser": type(parser).__name__ if parser is not None else None,
+            "system_prompt": getattr(env, "system_prompt", None),
+            "few_shot": _plain(getattr(env, "few_shot", None) or []),
             "answer_formats": _answer_formats(parser),
             "rows": _rows(train),
             "eval_rows": _rows(evaluation),
             "verifiers": _version(),
         }
 
-    async def open(self, split: str, index: int) -> dict[str, Any]:
+    async def open(self, split: str, index: int, row: dict[str, Any] | None = None) -> dict[str, Any]:
         from verifiers.types import ClientConfig
 
         env = self.env
         config = ClientConfig(api_key_var="CAMPFLOW_NO_MODEL", api_base_url="http://127.0.0.1:9/v1")
-        state = await env.init_state(self._input(split, index), config, "campflow")
+        state = await env.init_state(self._input(split, index, row), config, "campflow")
         setup = await env.setup_state(state) if hasattr(env, "setup_state") else None
         if setup is not None:
             state = setup
@@ -234,8 +245,11 @@ class Bridge:
             await self.env.cleanup(held["state"])
         return {}
 
-    async def score(self, split: str, index: int, answer: str) -> dict[str, Any]:
-        opened = await self.open(split, index)
+    async def score(self, split: str, index: int, answer: str, row: dict[str, Any] | None = None) -> dict[str, Any]:
+        opened = await self.open(split, index, row)
+        if _protocol(self.env) == "multi_turn":  # the environment answers the reply, as it answers every turn
+            await self.step(opened["rollout"], {"role": "assistant", "content": answer})
+            return await self.finish(opened["rollout"], None)
         return await self.finish(opened["rollout"], answer)
 
     def _held(self, rollout: str) -> dict[str, Any]:

@@ -12,13 +12,24 @@ of its own (:mod:`campflow.sources.verifiers_process`); campflow's engine plays 
   environment (``ToolEnv``, ``StatefulToolEnv`` with its ``update_tool_args``, ``MCPEnv``), plus
   ``submit(answer)``, the final tool: its answer is the model's final reply in verifiers' terms (the
   turn without tool calls that ends a tool rollout, the one reply of a ``SingleTurnEnv``). The prompt's
-  system message says so. Custom ``env_response`` protocols are not played yet: the import refuses them.
+  system message says so.
+- **custom protocols** (a ``MultiTurnEnv`` with its own ``env_response`` and stop conditions): each
+  ``reply(message)`` is one model turn of the dialogue; the environment's stop conditions are asked and
+  its ``env_response`` answers, and that answer is the environment's turn in the episode (the tool's
+  result). The environment ends the episode where its stop conditions say so (its own turn budget
+  included); ``submit(answer)`` is a last reply, answered by the environment, after which campflow ends
+  the rollout. The rubric scores the conversation as verifiers renders it.
 - **reward**: the rubric's weighted sum on the rollout (the completion as verifiers renders it, its state),
   divided by the sum of the positive weights, so the most the rubric gives is 1; success is full reward
   after ``submit``. Every reward function's value is kept in the score's details (``metrics``).
 - **oracle**: the row's ``answer`` written as the environment's parser reads it (the import finds the
   format), where that reply alone earns full reward; an environment whose reward needs the tools' work
   (the reference answer alone scores less) has no oracle: teachers are endpoints and the model's passes.
+- **proposed rows** (what synthesis proposes: ``new_row``, a question and its answer): the question is
+  put in a prompt as the environment puts its ``question`` column (its system prompt and few-shot
+  messages first), played like the environment's own rows; a proposed row is a train row, never one of
+  the dataset's (an eval row's question proposed again is refused), and validation accepts it only where
+  its answer, replied as the oracle replies, earns full reward and the hack battery's probes do not.
 
 :mod:`campflow.sources.verifiers_vetting` says what the import checks.
 """
@@ -33,7 +44,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from campflow.bootcamps.base import (
     Action,
@@ -54,8 +65,13 @@ from campflow.errors import ImportSourceError, InvalidParamsError, ToolServerErr
 from campflow.sources import ImportSpec
 from campflow.sources.verifiers_process import EnvironmentProcess, shared_process
 
-ADAPTER_REVISION = "1"
+ADAPTER_REVISION = "2"
 FINISH = "submit"
+REPLY = "reply"
+#: the ``split`` of a proposed row's instance data (played from the row itself, not the dataset)
+PROPOSED = "proposed"
+#: the turn budget of a custom protocol that sets none (``max_turns`` -1)
+DIALOGUE_TURNS = 20
 FULL = 1.0 - 1e-9
 #: the options an import records (set by the vetting, read by :func:`build`)
 OPTIONS = ("kwargs", "python", "level_key", "description", "answer_format", "oracle", "dropped")
@@ -63,12 +79,48 @@ SUBMIT_NOTE = (
     "When you are done, call `submit` with your final reply, written exactly as the task asks for it "
     "(this ends the episode)."
 )
+DIALOGUE_NOTE = (
+    "Send each of your messages with `reply`: the environment's answer comes back, and the environment ends "
+    "the episode when it is done. `submit` sends a message as your last one (this ends the episode)."
+)
+#: how campflow's model plays a turn of a custom protocol (the environment's own tools come beside it)
+REPLY_TOOL = {
+    "name": REPLY,
+    "description": "Send your next message to the environment; its answer comes back.",
+    "parameters": {
+        "type": "object",
+        "properties": {"message": {"type": "string", "description": "your message, written as the task asks"}},
+        "required": ["message"],
+    },
+}
+
+
+class ProposedRow(BaseModel):
+    """A new dataset row: the question of its user message and its reference answer (what synthesis proposes)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    question: str = Field(
+        min_length=1, max_length=4000, description="the task's user message, written as the dataset's rows ask theirs"
+    )
+    answer: str = Field(
+        min_length=1, max_length=1000, description="its reference answer, written as the rows' `answer` column is"
+    )
 
 
 class VfParams(Params):
     """Which row an instance is: a level, and optionally a row of it (else the seed picks one)."""
 
     row: int | None = Field(None, ge=0, description="the row's position among its level's rows; None: the seed picks")
+    new_row: ProposedRow | None = Field(
+        None, description="a new row instead of one of the environment's (a synthesized row, a train row of this level)"
+    )
+
+    @model_validator(mode="after")
+    def _one_row(self) -> VfParams:
+        if self.row is not None and self.new_row is not None:
+            raise ValueError("row and new_row name two rows; give one of them")
+        return self
 
 
 class SubmitArgs(ToolArgs):
@@ -148,6 +200,7 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
         self.description = description
         self.answer_format: str = options.get("answer_format") or "{answer}"
         self.has_oracle = bool(options.get("oracle"))
+        self.dialogue = description.get("protocol") == "multi_turn"
         weights = [f["weight"] for f in description.get("reward_functions") or []]
         self.full_reward = sum(w for w in weights if w > 0) or 1.0
         dropped = set(options.get("dropped") or [])
@@ -156,7 +209,9 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
         for r in [*train, *evaluation]:
             if f"{r.split}:{r.index}" not in dropped:
                 self.rows.setdefault((r.split, levels_of.get(r.key, 1)), []).append(r)
-        self._tool_list = (*env_tools(description.get("tools") or []), self._tools[FINISH])
+        self.row_keys = {r.key: r for r in [*train, *evaluation]}
+        declared = [*(description.get("tools") or []), *([REPLY_TOOL] if self.dialogue else [])]
+        self._tool_list = (*env_tools(declared, reserved=bool(self.dialogue)), self._tools[FINISH])
 
     # -- instances ---------------------------------------------------------------------------------
 
@@ -168,6 +223,10 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
         p = self.params(params)
         iid = instance_id(self.name, self.version, p, seed)
         split = "eval" if is_eval_seed(seed) else "train"
+        if p.new_row is not None:
+            return Instance(
+                id=iid, bootcamp=self.name, version=self.version, params=p, seed=seed, data=self._proposed(p, split)
+            )
         rows = self.rows.get((split, p.level)) or []
         if not rows:
             raise InvalidParamsError(f"{self.name}: level {p.level} has no {split} rows")
@@ -188,13 +247,39 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
         }
         return Instance(id=iid, bootcamp=self.name, version=self.version, params=p, seed=seed, data=data)
 
+    def _proposed(self, p: VfParams, split: str) -> dict[str, Any]:
+        """Instance data of a proposed row: its question in a prompt as the environment formats its
+        ``question`` column (system prompt, few-shot messages, then the question).
+
+        Raises:
+            InvalidParamsError: an eval-range seed (a proposed row is a train row), or a question the
+                dataset already has (an eval row's is never trained on; a train row's is that row).
+        """
+        assert p.new_row is not None
+        if split == "eval":
+            raise InvalidParamsError(f"{self.name}: a proposed row is a train row; eval-range seeds play the eval rows")
+        system = self.description.get("system_prompt")
+        prompt = [
+            *([{"role": "system", "content": system}] if system else []),
+            *(self.description.get("few_shot") or []),
+            {"role": "user", "content": p.new_row.question},
+        ]
+        same = self.row_keys.get(Row(PROPOSED, -1, prompt, None, {}).key)
+        if same is not None:
+            raise InvalidParamsError(
+                f"{self.name}: the proposed question is {same.split} row {same.index}'s"
+                + ("; an eval row is never trained on" if same.split == "eval" else "; it is no new row")
+            )
+        return {"split": PROPOSED, "index": -1, "prompt": prompt, "answer": p.new_row.answer, "info": {}}
+
     def prompt(self, instance: Instance[VfParams]) -> list[dict[str, Any]]:
-        """The row's prompt as the environment wrote it, the submit instruction added to its system message."""
+        """The row's prompt as the environment wrote it, how to reply added to its system message."""
+        note = DIALOGUE_NOTE if self.dialogue else SUBMIT_NOTE
         messages = [dict(m) for m in instance.data["prompt"]]
         if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
-            messages[0]["content"] = f"{messages[0]['content']}\n\n{SUBMIT_NOTE}"
+            messages[0]["content"] = f"{messages[0]['content']}\n\n{note}"
         else:
-            messages.insert(0, {"role": "system", "content": SUBMIT_NOTE})
+            messages.insert(0, {"role": "system", "content": note})
         return messages
 
     # -- tools: the environment's, run in its process -----------------------------------------------
@@ -209,7 +294,9 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
     @asynccontextmanager
     async def episode(self, instance: Instance[VfParams]) -> AsyncIterator[VfState]:
         process = self.process()
-        opened = await process.arequest("open", split=instance.data["split"], index=instance.data["index"])
+        data = instance.data
+        row = {k: data[k] for k in ("prompt", "answer", "info")} if data["split"] == PROPOSED else None
+        opened = await process.arequest("open", split=data["split"], index=data["index"], row=row)
         state = VfState(rollout=opened["rollout"])
         try:
             yield state
@@ -222,10 +309,12 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
             state.rollout = None
 
     async def call_served(self, instance: Instance[VfParams], state: VfState, name: str, args: ToolArgs) -> Observation:
-        if name == FINISH:
+        if name == FINISH and not self.dialogue:
             return self.submit(instance, state, args)  # type: ignore[arg-type]
         if state.rollout is None:
             raise ToolServerError(f"{self.name}: the rollout is not open")
+        if self.dialogue and name in (REPLY, FINISH):
+            return await self._say(state, name, args)
         state.calls += 1
         arguments = args.model_dump(mode="json", by_alias=True, exclude_unset=True)
         message = {
@@ -246,11 +335,27 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
             text += "\n(The environment has ended the episode; call submit.)"
         return Observation(text)
 
+    async def _say(self, state: VfState, name: str, args: ToolArgs) -> Observation:
+        """One turn of a custom protocol: the message to the environment, its answer back (the episode ends
+        where the environment ends it, and after ``submit``)."""
+        said_by_model = args.model_dump(mode="json", by_alias=True)
+        text = str(said_by_model.get("message" if name == REPLY else "answer") or "")
+        if name == FINISH:
+            state.answer = text
+        message = {"role": "assistant", "content": text}
+        answered = await self.process().arequest("step", rollout=state.rollout, message=message)
+        state.ended = state.ended or bool(answered["done"])
+        said = "\n".join(_text(m.get("content")) for m in answered["messages"])
+        if state.ended:
+            said = f"{said}\n(The environment has ended the episode.)".strip()
+        return Observation(said or "(the environment said nothing)", final=state.ended or name == FINISH)
+
     async def conclude(self, instance: Instance[VfParams], state: VfState) -> None:
-        """The rubric on the rollout: the submitted reply as its last turn (none where nothing was submitted)."""
+        """The rubric on the rollout: the submitted reply as its last turn (none where nothing was submitted;
+        in a custom protocol every reply is already a turn of the rollout)."""
         if state.rollout is None:
             raise ToolServerError(f"{self.name}: the rollout is not open")
-        answer = state.answer if state.finished else None
+        answer = state.answer if state.finished and not self.dialogue else None
         scored = await self.process().arequest("finish", rollout=state.rollout, answer=answer)
         state.rollout = None
         state.reward, state.metrics = float(scored["reward"]), dict(scored["metrics"])
@@ -267,6 +372,8 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
         """The environment's turn budget and one turn to submit (a single-turn environment: room for one
         malformed call)."""
         budget = int(self.description.get("max_turns") or -1)
+        if self.dialogue and budget <= 0:
+            return DIALOGUE_TURNS
         if self.description.get("protocol") == "single_turn" or budget <= 1:
             return 3
         return budget + 1
@@ -315,15 +422,18 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def env_tools(defs: Sequence[dict[str, Any]]) -> tuple[Tool, ...]:
-    """The environment's tool definitions as campflow tools, their schemas shown to the model verbatim."""
+def env_tools(defs: Sequence[dict[str, Any]], reserved: bool = False) -> tuple[Tool, ...]:
+    """The environment's tool definitions as campflow tools, their schemas shown to the model verbatim
+    (``reserved``: the last is campflow's ``reply``, which no tool of the environment may be named)."""
     from campflow.mcp.bootcamp import server_tools
 
-    clashing = [d["name"] for d in defs if d["name"] == FINISH]
-    if clashing:
-        raise ImportSourceError(
-            f"the environment has a tool named {FINISH!r}, the name of the tool that ends an episode"
-        )
+    names = [d["name"] for d in defs]
+    for name in (FINISH, *([REPLY] if reserved else [])):
+        if names.count(name) > (1 if reserved and name == REPLY else 0):
+            raise ImportSourceError(
+                f"the environment has a tool named {name!r}, the name of campflow's tool that "
+                + ("ends an episode" if name == FINISH else "plays a turn of its protocol")
+            )
     return server_tools(
         [
             {"name": d["name"], "description": d.get("description") or "", "input_schema": d.get("parameters") or {}}
@@ -369,10 +479,16 @@ def build(spec: ImportSpec) -> VerifiersBootcamp:
     ).hexdigest()[:12]
     train, evaluation = rows_of(description)
     levels = sorted({levels_of.get(r.key, 1) for r in train}) or [1]
+    dialogue = description.get("protocol") == "multi_turn"
     doc = (
-        "Solve the task the way it asks, using the tools where it offers them; then call `submit` with your final reply.\n\n"
-        f"{SUBMIT_NOTE}\n\n"
-        f"Imported from the verifiers environment {spec.source} ({description.get('class')}, "
+        (
+            "Hold the dialogue the task opens, each message a `reply`, until the environment ends it.\n\n"
+            f"{DIALOGUE_NOTE}\n\n"
+            if dialogue
+            else "Solve the task the way it asks, using the tools where it offers them; then call `submit` with your "
+            f"final reply.\n\n{SUBMIT_NOTE}\n\n"
+        )
+        + f"Imported from the verifiers environment {spec.source} ({description.get('class')}, "
         f"{description.get('protocol')}; {len(train)} train and {len(evaluation)} eval rows); reward is its rubric's "
         "weighted sum over the positive weights (see campflow.sources.verifiers_env)."
     )
@@ -385,7 +501,7 @@ def build(spec: ImportSpec) -> VerifiersBootcamp:
             "name": spec.name,
             "version": f"vf{ADAPTER_REVISION}-{digest}",
             "levels": {lv: VfParams(level=lv) for lv in levels},
-            "system_prompt": SUBMIT_NOTE,
+            "system_prompt": DIALOGUE_NOTE if dialogue else SUBMIT_NOTE,
         },
     )
     return cls(spec, description, levels_of)

@@ -6,16 +6,18 @@ A verifiers environment has no oracle and no generator, so the import checks wha
 check                                      on failure
 =========================================  ================================================================
 the environment loads, and its protocol    refused, naming the error (the environment's own, one line) or
-is one campflow plays (single-turn, tool,  the protocol (a custom ``env_response`` is not played yet)
-stateful tool, MCP)
+is one campflow plays (single-turn, tool,  the protocol (an ``Environment`` that is no ``MultiTurnEnv``)
+stateful tool, MCP, a ``MultiTurnEnv``
+with its own ``env_response``)
 the rows, tools and reward functions are   refused, naming what differs
 the same in two processes (hash seeds 1
 and 2, started side by side)
 rows carry an ``answer``                   refused: without one nothing can vet the rubric
 the reference answer, as a reply the       the first format that earns full reward is the oracle's (recorded);
 parser reads (plain, ``<answer>``,         where none does, a single-turn environment is refused (its rubric
-``\\boxed{}``), earns full reward           cannot reward its own answer) and a tool environment has no oracle
-                                           (its reward needs the tools' work), with a note
+``\\boxed{}``), earns full reward           cannot reward its own answer) and a tool or custom multi-turn
+(in a custom protocol the reply is a turn  environment has no oracle (its reward needs the tools' work or more
+the environment answers first)             of the dialogue), with a note
 each row's reference reply earns full      the row is dropped, with a note (all rows: refused)
 reward, the same in both processes         refused where the two processes disagree
 =========================================  ================================================================
@@ -37,7 +39,7 @@ from campflow.errors import ImportSourceError, ToolServerError
 from campflow.sources.verifiers_env import FULL, rows_of
 from campflow.sources.verifiers_process import EnvironmentProcess, shared_process
 
-PLAYED = ("single_turn", "tool", "stateful_tool")
+PLAYED = ("single_turn", "tool", "stateful_tool", "multi_turn")
 #: rows scored in the second process to compare with the first
 COMPARED_ROWS = 4
 
@@ -88,7 +90,7 @@ def _vet(
     if described.get("protocol") not in PLAYED:
         raise ImportSourceError(
             f"verifiers environment {source} is a {described.get('class')} ({described.get('protocol')}); campflow "
-            f"plays {', '.join(PLAYED)} environments (a custom env_response protocol is not played yet)"
+            f"plays {', '.join(PLAYED)} environments (a MultiTurnEnv and its subclasses)"
         )
     for part in ("rows", "eval_rows", "tools", "reward_functions"):
         if json.dumps(described.get(part), sort_keys=True) != json.dumps(again.get(part), sort_keys=True):
@@ -127,8 +129,10 @@ def _vet(
                 f"{', '.join(described.get('answer_formats') or [])}); a rubric that does not reward its own answer "
                 "cannot be vetted"
             )
+        needs = "the rest of the dialogue" if described["protocol"] == "multi_turn" else "the tools' work"
         say(
-            f"the reference answer alone earns {best:g} of {_full(described):g}: the reward needs the tools' work, "
+            f"the reference answer alone earns {best:g} of {_full(described):g}: the reward needs more than the "
+            f"answer ({needs}), "
             "so this environment has no oracle (teachers: an endpoint, or the model's own passes)"
         )
         return options
