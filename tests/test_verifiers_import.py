@@ -147,6 +147,10 @@ def test_synthesis_proposes_rows_the_rubric_and_their_answer_validate_as_train_i
     from campflow.synthesis.validate import variant_seeds
 
     store, _, bootcamp, _ = tutor
+    described = bootcamp.describe()  # what the LLM synthesizer reads: a new task is a new row
+    assert (
+        '"new_row": {"question"' in described["description"] and "new_row" in described["params_schema"]["properties"]
+    )
 
     def row(a: int, b: int, answer: str) -> dict:
         return {"level": 1, "new_row": {"question": QUESTION.format(a=a, b=b), "answer": answer}}

@@ -147,6 +147,7 @@ class Bridge:
         self.env = env
         self.rollouts: dict[str, dict[str, Any]] = {}
         self._inputs: dict[str, list[Any]] = {}
+        self._client: Any = None
 
     def _input(self, split: str, index: int, row: dict[str, Any] | None = None) -> dict[str, Any]:
         if row is not None:  # a proposed row: prompt, answer and info as campflow formatted them
@@ -184,11 +185,8 @@ class Bridge:
         }
 
     async def open(self, split: str, index: int, row: dict[str, Any] | None = None) -> dict[str, Any]:
-        from verifiers.types import ClientConfig
-
         env = self.env
-        config = ClientConfig(api_key_var="CAMPFLOW_NO_MODEL", api_base_url="http://127.0.0.1:9/v1")
-        state = await env.init_state(self._input(split, index, row), config, "campflow")
+        state = await env.init_state(self._input(split, index, row), self._no_model(), "campflow")
         setup = await env.setup_state(state) if hasattr(env, "setup_state") else None
         if setup is not None:
             state = setup
@@ -251,6 +249,18 @@ class Bridge:
             await self.step(opened["rollout"], {"role": "assistant", "content": answer})
             return await self.finish(opened["rollout"], None)
         return await self.finish(opened["rollout"], answer)
+
+    def _no_model(self) -> Any:
+        """The client a rollout state carries, which campflow never calls (its turns come from campflow's
+        engine): one for every rollout, for each new one loads the system's certificates (~60 ms)."""
+        if self._client is None:
+            from verifiers.clients import resolve_client
+            from verifiers.types import ClientConfig
+
+            self._client = resolve_client(
+                ClientConfig(api_key_var="CAMPFLOW_NO_MODEL", api_base_url="http://127.0.0.1:9/v1")
+            )
+        return self._client
 
     def _held(self, rollout: str) -> dict[str, Any]:
         held = self.rollouts.get(rollout)

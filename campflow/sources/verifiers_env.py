@@ -490,7 +490,9 @@ def build(spec: ImportSpec) -> VerifiersBootcamp:
         )
         + f"Imported from the verifiers environment {spec.source} ({description.get('class')}, "
         f"{description.get('protocol')}; {len(train)} train and {len(evaluation)} eval rows); reward is its rubric's "
-        "weighted sum over the positive weights (see campflow.sources.verifiers_env)."
+        "weighted sum over the positive weights (see campflow.sources.verifiers_env). A new task is a new row: "
+        'params {"level": 1, "new_row": {"question": "<the user message>", "answer": "<its reference answer>"}}, '
+        "the question written as the rows ask theirs and the answer as their `answer` column holds it."
     )
     cls = type(
         "VerifiersEnv",
