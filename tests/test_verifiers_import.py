@@ -15,6 +15,8 @@ import asyncio
 import json
 import os
 import re
+import signal
+import time
 
 import pytest
 
@@ -212,3 +214,28 @@ def test_synthesis_proposes_rows_the_rubric_and_their_answer_validate_as_train_i
     # the accepted row plays through the engine as the environment's own rows do
     (played,) = asyncio.run(run_episodes([EpisodeSpec(bootcamp, expected[0])], OraclePolicy(), SETTINGS))
     assert (played.reward, played.termination) == (1.0, Termination.SOLVED)
+
+
+def test_an_environment_process_that_dies_mid_dialogue_ends_that_episode_as_infra_error(tutor) -> None:
+    from campflow.agents.openai_policy import EndpointPolicy
+
+    _, _, bootcamp, _ = tutor
+    instance = bootcamp.generate({"level": 1, "row": 3}, 0)
+    assert factors(instance.data["prompt"])[0] % 3 == 0  # the careless model is never right here
+    process = bootcamp.process()
+
+    def dies_after_one_turn(request: dict) -> dict:
+        if any(m["role"] == "tool" for m in request["messages"]):  # the environment has answered once
+            os.kill(process.pid, signal.SIGKILL)
+            while process.alive:
+                time.sleep(0.01)
+        return careless({**request, "messages": request["messages"][:2]})  # one too high
+
+    policy = lambda url: EndpointPolicy("scripted", base_url=url, max_retries=0)  # noqa: E731
+    with ScriptedEndpoint(dies_after_one_turn) as endpoint:
+        (died,) = asyncio.run(run_episodes([EpisodeSpec(bootcamp, instance)], policy(endpoint.url), SETTINGS))
+    assert died.termination == Termination.INFRA_ERROR and died.reward == 0.0, died
+    assert "exited (-9)" in (died.error or ""), died.error  # the rollout's process, named
+    with ScriptedEndpoint(careless) as endpoint:  # the next episode plays on the fresh process
+        (again,) = asyncio.run(run_episodes([EpisodeSpec(bootcamp, instance)], policy(endpoint.url), SETTINGS))
+    assert again.termination != Termination.INFRA_ERROR and bootcamp.process() is not process

@@ -139,9 +139,11 @@ class VfState(State):
         rollout: the rollout's id there (None once it is scored or closed).
         reward: the rubric's weighted sum, once scored; ``metrics`` each reward function's value.
         ended: the environment ended the rollout itself (its own turn budget, a final response).
+        process: the environment's process the rollout lives in (one that dies takes the rollout with it).
     """
 
     rollout: str | None = None
+    process: EnvironmentProcess | None = field(default=None, repr=False)
     reward: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     ended: bool = False
@@ -291,13 +293,19 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
         """This campflow process's environment process (started on first use)."""
         return shared_process(self.source, self.kwargs, self.python)
 
+    def _process_of(self, state: VfState) -> EnvironmentProcess:
+        """The process ``state``'s rollout lives in (requests to it fail where it has died since)."""
+        if state.process is None:
+            raise ToolServerError(f"{self.name}: the rollout is not open")
+        return state.process
+
     @asynccontextmanager
     async def episode(self, instance: Instance[VfParams]) -> AsyncIterator[VfState]:
         process = self.process()
         data = instance.data
         row = {k: data[k] for k in ("prompt", "answer", "info")} if data["split"] == PROPOSED else None
         opened = await process.arequest("open", split=data["split"], index=data["index"], row=row)
-        state = VfState(rollout=opened["rollout"])
+        state = VfState(rollout=opened["rollout"], process=process)
         try:
             yield state
         finally:
@@ -328,7 +336,7 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
                 }
             ],
         }
-        answered = await self.process().arequest("step", rollout=state.rollout, message=message)
+        answered = await self._process_of(state).arequest("step", rollout=state.rollout, message=message)
         state.ended = state.ended or bool(answered["done"])
         text = "\n".join(_text(m.get("content")) for m in answered["messages"]) or "(no output)"
         if state.ended:
@@ -343,7 +351,7 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
         if name == FINISH:
             state.answer = text
         message = {"role": "assistant", "content": text}
-        answered = await self.process().arequest("step", rollout=state.rollout, message=message)
+        answered = await self._process_of(state).arequest("step", rollout=state.rollout, message=message)
         state.ended = state.ended or bool(answered["done"])
         said = "\n".join(_text(m.get("content")) for m in answered["messages"])
         if state.ended:
@@ -356,7 +364,7 @@ class VerifiersBootcamp(ServedTools[VfParams, VfState], Bootcamp[VfParams, VfSta
         if state.rollout is None:
             raise ToolServerError(f"{self.name}: the rollout is not open")
         answer = state.answer if state.finished and not self.dialogue else None
-        scored = await self.process().arequest("finish", rollout=state.rollout, answer=answer)
+        scored = await self._process_of(state).arequest("finish", rollout=state.rollout, answer=answer)
         state.rollout = None
         state.reward, state.metrics = float(scored["reward"]), dict(scored["metrics"])
 

@@ -98,6 +98,11 @@ class EnvironmentProcess:
             raise
 
     @property
+    def pid(self) -> int:
+        """The process id."""
+        return self._proc.pid
+
+    @property
     def alive(self) -> bool:
         """Whether the process is still running."""
         return self._proc.poll() is None
@@ -140,6 +145,13 @@ class EnvironmentProcess:
     def submit(self, op: str, **args: Any) -> concurrent.futures.Future:
         """Send one request; its future holds the result."""
         future: concurrent.futures.Future = concurrent.futures.Future()
+        if not self.alive:  # its reader may have answered every pending request already
+            future.set_exception(
+                ToolServerError(
+                    f"verifiers environment {self.source} exited ({self._proc.returncode}): {self.log_tail()}"
+                )
+            )
+            return future
         with self._lock:
             rid = next(self._ids)
             self._pending[rid] = future
