@@ -97,6 +97,7 @@ def careless_run(tutor):
     return instances, episodes
 
 
+@pytest.mark.slow  # it carries the module's import (two environment processes, the hack battery): ~25 s here
 def test_a_custom_env_response_protocol_is_played_as_the_environment_defines_it(tutor, careless_run) -> None:
     store, spec, bootcamp, notes = tutor
     assert spec.options["description"]["protocol"] == "multi_turn" and spec.options["oracle"], notes
