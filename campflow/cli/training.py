@@ -150,6 +150,9 @@ def export(
         None, "--bootcamps", "-b", help="verifiers: comma-separated bootcamps to export (train-split instances)"
     ),
     per_bootcamp: int = typer.Option(64, "--n", min=1, help="verifiers: train instances per bootcamp"),
+    variants: bool = typer.Option(
+        False, "--variants", help="verifiers: the accepted synthesized variants' train instances join the dataset"
+    ),
     merge: str | None = typer.Option(
         None, "--merge", help="an adapter checkpoint (id or path): write it merged into its base as one model folder"
     ),
@@ -164,6 +167,8 @@ def export(
         raise typer.BadParameter(
             f"format {fmt!r}: expected 'hf', 'verl', 'inspect' or 'verifiers'", param_hint="--format"
         )
+    if variants and fmt != "verifiers":
+        raise typer.BadParameter("--variants goes with --format verifiers", param_hint="--variants")
     if fmt == "verifiers":
         if bootcamps is None or runs is not None or merge is not None:
             raise typer.BadParameter(
@@ -171,8 +176,13 @@ def export(
             )
         from campflow.envserve.verifiers_export import export_verifiers
 
-        package = export_verifiers(config_with(config, db), bootcamp_names(bootcamps), out, per_bootcamp)
-        rows = ", ".join(f"{name} {n}" for name, n in package.rows.items())
+        package = export_verifiers(
+            config_with(config, db), bootcamp_names(bootcamps), out, per_bootcamp, variants=variants
+        )
+        rows = ", ".join(
+            f"{name} {n}" + (f" ({package.variants.get(name, 0)} of variants)" if variants else "")
+            for name, n in package.rows.items()
+        )
         console.print(
             f"wrote {out}: module {package.module} (train instances: {rows}); episodes go to run {package.run_id}"
         )

@@ -51,11 +51,15 @@ class Player:
             overrides["workspace.path"] = Path(workspace)
         cfg = load_config(Path(config) if config else None, overrides)
         self.workspace = Workspace.from_config(cfg)
+        # made (and migrated) here, once: requests run on many threads, and two first uses would race
+        self.store = self.workspace.store
+        # an evaluation of the verifiers side's model: its failures are mined like any policy's (a second
+        # process of the same package resumes the run)
+        self.store.start_run(run_id, "evaluate", {"protocol": "verifiers"}, MODEL_ID)
         self.workspace.load_imports()
         self.settings = RolloutSettings.from_config(cfg.rollout)
         self.run_id = run_id
         self.episodes: dict[str, Any] = {}
-        self.samples: dict[str, int] = {}
         self.lock = threading.Lock()
         self.writing = threading.Lock()  # one store write at a time: replies run on many threads
 
@@ -72,10 +76,9 @@ class Player:
         episode = SteppedEpisode(camp, instance, self.settings)
         key = uuid.uuid4().hex
         with self.lock:
-            self.samples[instance.id] = sample = self.samples.get(instance.id, -1) + 1
-            self.episodes[key] = (episode, sample)
+            self.episodes[key] = episode
         with self.writing:
-            self.workspace.store.write_instances([instance], split="train")
+            self.store.write_instances([instance], split="train")
         out: dict[str, Any] = {"episode": key, "prompt": episode.prompt, "tools": episode.tools}
         if episode.episode is not None:  # setting it up failed: over before a reply
             out["outcome"] = self._finish(key, episode.episode)
@@ -84,7 +87,7 @@ class Player:
     def reply(self, episode: str, message: dict[str, Any]) -> dict[str, Any]:
         from campflow.agents.base import PolicyReply
 
-        held, _ = self._held(episode)
+        held = self._held(episode)
         content = message.get("content")
         turn = held.reply(
             PolicyReply(
@@ -99,12 +102,12 @@ class Player:
         return out
 
     def stop(self, episode: str) -> dict[str, Any]:
-        held, _ = self._held(episode)
+        held = self._held(episode)
         if held.episode is not None:
             return {"outcome": self._finish(episode, held.episode)}
         return {"outcome": self._finish(episode, held.stop("the verifiers rollout ended before the episode"))}
 
-    def _held(self, episode: str) -> tuple[Any, int]:
+    def _held(self, episode: str) -> Any:
         with self.lock:
             found = self.episodes.get(episode)
         if found is None:
@@ -112,15 +115,27 @@ class Player:
         return found
 
     def _held_out(self, bootcamp: str) -> set[str]:
-        store = self.workspace.store
-        return store.eval_ids(bootcamp) | store.probe_ids(bootcamp) if self.workspace.db_path.exists() else set()
+        return self.store.eval_ids(bootcamp) | self.store.probe_ids(bootcamp)
 
     def _finish(self, key: str, episode: Any) -> dict[str, Any]:
-        with self.lock:
-            _, sample = self.episodes.pop(key)
-        recorded = dataclasses.replace(episode, run_id=self.run_id, model_id=MODEL_ID, sample=sample)
-        with self.writing:
-            self.workspace.store.write_episodes([recorded.freeze()])
+        """Record an ended episode as the next sample of its instance in the run. The sample is counted in
+        the store, inside the transaction that writes it: every environment loaded from the package (two
+        evaluations side by side, an env server's workers) is a process of its own, on the same run."""
+        from campflow.storage.store import episodes_to_arrow
+
+        with self.writing, self.store.transaction() as con:
+            [(sample,)] = con.execute(
+                "SELECT coalesce(max(sample_index) + 1, 0) FROM episodes WHERE run_id = ? AND instance_id = ?",
+                [self.run_id, episode.instance_id],
+            ).fetchall()
+            recorded = dataclasses.replace(episode, run_id=self.run_id, model_id=MODEL_ID, sample=sample)
+            con.register("_campflow_episodes", episodes_to_arrow([recorded.freeze()]))
+            try:
+                con.execute("INSERT INTO episodes BY NAME SELECT * FROM _campflow_episodes")
+            finally:
+                con.unregister("_campflow_episodes")
+        with self.lock:  # held until written: a rollout whose reply failed to record stops it again
+            self.episodes.pop(key, None)
         return {
             "reward": recorded.reward,
             "success": recorded.success,

@@ -85,6 +85,9 @@ class CampflowBootcampEnv(vf.MultiTurnEnv):
         row = json.loads(row) if isinstance(row, str) else row
         opened = await self.campflow().request("open", bootcamp=row["bootcamp"], params=row["params"], seed=row["seed"])
         state["campflow_episode"] = opened["episode"]
+        if opened["prompt"] != row["prompt"]:  # the episode's own (an MCP episode's {workdir} is its folder)
+            said = {"system": vf.SystemMessage, "user": vf.UserMessage, "assistant": vf.AssistantMessage}
+            state["prompt"] = [said[m["role"]](content=m["content"]) for m in opened["prompt"]]
         state["campflow_outcome"] = opened.get("outcome")
         if opened.get("outcome") is not None:
             state["final_env_response"] = []

@@ -1,0 +1,224 @@
+"""Bootcamps exported as a verifiers environment package and run by verifiers' own ``vf-eval``.
+
+One export (``campflow export --format verifiers --variants``) of two bootcamps: ``calculator``, with an
+accepted synthesized variant on record, and an MCP task bootcamp imported from task rows on the standard
+library's notes server (docs/mcp.md's, from tests/test_bootcamp_subclasses.py: it starts in milliseconds,
+and every rollout starts one). The package is not installed: ``vf-eval`` finds its module on
+``PYTHONPATH``, so verifiers' environment is left as it was. One ``vf-eval`` process runs two evaluations
+of a TOML config side by side against scripted OpenAI-compatible endpoints:
+
+- the oracle (every rollout twice, the MCP rollouts of one task side by side, each on its own server):
+  mean reward 1.0 as vf-eval reports it, every rollout solved;
+- a noisy oracle that gives up on every other task: per row the rewards campflow's own evaluation of
+  those instances through the same endpoint gives.
+
+The dataset holds the variant's train instances and never an eval or probe instance. The verifiers
+environment is built by ``make verifiers``; where it is not built the tests skip, except in CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from campflow.bootcamps import registry
+from campflow.bootcamps.base import Action
+from campflow.bootcamps.splits import eval_instances
+from campflow.config import load_config
+from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episodes
+from campflow.storage.store import Store
+from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint, action_message
+from tests.conftest import REPO, run_cli
+
+VENV = REPO / ".venv-verifiers"
+SETTINGS = RolloutSettings(episode_timeout=120.0)
+NOTES_TASKS = [
+    {
+        "id": "two-notes",
+        "level": 1,
+        "prompt": "Add the note 'milk', then the note 'eggs'.",
+        "reference": [
+            {"tool": "add_note", "arguments": {"text": "milk"}},
+            {"tool": "add_note", "arguments": {"text": "eggs"}},
+        ],
+        # exactly these two: a server shared with another rollout of the task would hold four
+        "checks": [{"call": {"tool": "list_notes"}, "path": ["notes"], "equals": ["milk", "eggs"]}],
+    },
+    {
+        "id": "count",
+        "level": 2,
+        "prompt": "Add the note 'tea', read the notes back, and answer how many there are.",
+        "reference": [
+            {"tool": "add_note", "arguments": {"text": "tea"}},
+            {"tool": "list_notes", "arguments": {}},
+        ],
+        "answer": "1",
+        "checks": [
+            {"call": {"tool": "list_notes"}, "path": ["notes"], "equals": ["tea"]},
+            {"answer": True, "equals": "1"},
+        ],
+    },
+]
+
+
+def asks(request: dict) -> str:
+    """The task a chat request poses: its user message."""
+    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+
+
+class ReferenceScript:
+    """The oracle of MCP task instances at an endpoint: the task's reference calls in turn, then ``submit``
+    with its answer (the server's state lives in campflow's episode, so the calls made so far say where it is)."""
+
+    def __init__(self, bootcamp, instances) -> None:
+        self.by_prompt = {bootcamp.prompt(i)[-1]["content"]: i for i in instances}
+
+    def __call__(self, request: dict) -> dict:
+        instance = self.by_prompt[asks(request)]
+        made = sum(len(m.get("tool_calls") or []) for m in request["messages"] if m["role"] == "assistant")
+        reference = instance.data["reference"]
+        if made < len(reference):
+            action = Action(reference[made]["tool"], reference[made]["arguments"])
+        else:
+            action = Action("submit", {"answer": instance.data["answer"]})
+        return action_message(action, f"call_{made}")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A workspace with the notes tasks imported, a calculator variant accepted and eval instances recorded,
+    exported with ``--variants``: the config, the store, the package folder and its rows' instances."""
+    from campflow.mcp.server import ServerSpec
+    from campflow.mcp.tasks import parse_tasks
+    from campflow.storage.imports import import_mcp_tasks
+    from campflow.synthesis.proposals import Proposal
+    from campflow.synthesis.validate import ValidationSettings, record_verdicts, validate_proposals
+    from tests.test_bootcamp_subclasses import NOTES_SERVER
+
+    if not (VENV / "bin" / "vf-eval").exists():
+        if os.environ.get("CI") or os.environ.get("CAMPFLOW_REQUIRE_VLLM"):
+            pytest.fail("CI builds .venv-verifiers (make verifiers); it is missing")
+        pytest.skip("verifiers' environment is made by `make verifiers`")
+    root = tmp_path_factory.mktemp("vfx")
+    cfg = load_config(None, {"workspace.path": str(root / "ws")}, env={})
+    store = Store(cfg.workspace.db_path)
+    server = root / "notes_server.py"
+    server.write_text(NOTES_SERVER)
+    rows = parse_tasks([json.dumps(t) for t in NOTES_TASKS], "notes.jsonl")
+    spec = ServerSpec(command=[sys.executable, str(server), "--db", "{workdir}/notes.json"])
+    _, notes = import_mcp_tasks("mcp-notes", spec, rows, store)
+
+    proposal = Proposal("calculator", "c1", "test", {"steps": 2, "max_operand": 40, "operations": "+-", "level": 1})
+    settings = ValidationSettings(instances_per_variant=2, probes_per_variant=2, calibration_samples=0)
+    result = validate_proposals(store, [proposal], settings)
+    record_verdicts(store, result.verdicts, "synth")
+    (variant,) = result.accepted
+    for bootcamp in (registry.make("calculator"), notes):
+        store.write_instances(eval_instances(bootcamp, 4), split="eval")
+
+    out = root / "pkg"
+    done = run_cli(
+        *("export", "--format", "verifiers", "--bootcamps", "calculator,mcp-notes", "--n", "2", "--variants"),
+        *("--out", str(out), "--workspace", str(root / "ws")),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "calculator 4 (2 of variants), mcp-notes 2 (0 of variants)" in done.stdout, done.stdout
+    module = next(out.glob("campflow_*.py"))
+    config = json.loads(re.search(r'r"""(.*?)"""', module.read_text(), re.S).group(1))
+    by_name = {"calculator": registry.make("calculator"), "mcp-notes": notes}
+    instances = [by_name[r["bootcamp"]].generate(r["params"], r["seed"]) for r in config["rows"]]
+    return by_name, store, out, module.stem, config, instances, variant
+
+
+def test_the_export_holds_the_variants_train_instances_and_never_an_eval_or_probe_instance(exported) -> None:
+    _, store, _, _, config, instances, variant = exported
+    ids = [r["instance_id"] for r in config["rows"]]
+    assert ids == [i.id for i in instances]  # each row poses its instance again, as recorded
+    held_out = store.eval_ids() | store.probe_ids()
+    assert len(store.eval_ids()) == 8 and len(store.probe_ids()) == 2
+    assert not set(ids) & held_out
+    assert [r["instance_id"] for r in config["rows"] if r["variant_id"] == variant.variant_id] == sorted(
+        i.id for i in variant.instances
+    )
+    assert not {i.id for i in variant.probes} & set(ids)
+    notes = [r for r in config["rows"] if r["bootcamp"] == "mcp-notes"]
+    assert sorted(r["level"] for r in notes) == [1, 2]
+    tools = {t["name"]: t["parameters"] for t in notes[0]["tool_defs"]}  # the server's own schemas, and submit
+    assert set(tools) == {"add_note", "list_notes", "submit"} and tools["add_note"]["required"] == ["text"]
+
+
+@pytest.mark.slow
+def test_vf_eval_runs_the_export_the_oracle_earns_1_and_the_noisy_oracle_campflows_own_rewards(exported) -> None:
+    from campflow.agents.openai_policy import EndpointPolicy
+
+    bootcamps, store, out, module, config, instances, _ = exported
+    asked = {bootcamps[i.bootcamp].prompt(i)[-1]["content"]: i.bootcamp for i in instances}
+    by_bootcamp = {
+        "calculator": OracleScript([i for i in instances if i.bootcamp == "calculator"]),
+        "mcp-notes": ReferenceScript(bootcamps["mcp-notes"], [i for i in instances if i.bootcamp == "mcp-notes"]),
+    }
+
+    def oracle(request: dict) -> dict:
+        return by_bootcamp[asked[asks(request)]](request)
+
+    gives_up = {bootcamps[i.bootcamp].prompt(i)[-1]["content"] for i in instances[1::2]}
+
+    def noisy(request: dict) -> dict:  # the oracle on every other row; prose without a call on the rest
+        return {"role": "assistant", "content": "I give up."} if asks(request) in gives_up else oracle(request)
+
+    with ScriptedEndpoint(oracle) as exact, ScriptedEndpoint(noisy) as wrong:
+        results = out.parent / "vf-results"
+        toml = out.parent / "evals.toml"
+        common = 'model = "scripted"\napi_key_var = "CAMPFLOW_NO_MODEL"\ndisable_env_server = true\n'
+        toml.write_text(
+            f"{common}num_examples = -1\ndisable_tui = true\nsave_results = true\n\n"
+            f'[[eval]]\nid = "{module}"\nname = "exact"\napi_base_url = "{exact.url}"\nrollouts_per_example = 2\n'
+            f'output_dir = "{results}/exact"\n\n'
+            f'[[eval]]\nid = "{module}"\nname = "noisy"\napi_base_url = "{wrong.url}"\nrollouts_per_example = 1\n'
+            f'output_dir = "{results}/noisy"\n'
+        )
+        try:
+            done = subprocess.run(
+                [str(VENV / "bin" / "vf-eval"), str(toml)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                cwd=out.parent,
+                env={**os.environ, "PYTHONPATH": str(out), "CAMPFLOW_NO_MODEL": "none"},
+            )
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"vf-eval did not finish: {str(exc.stdout)[-3000:]}{str(exc.stderr)[-5000:]}")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        policy = EndpointPolicy("scripted", base_url=wrong.url, max_retries=0)
+        specs = [EpisodeSpec(bootcamps[i.bootcamp], i) for i in instances]
+        own = asyncio.run(run_episodes(specs, policy, SETTINGS))
+
+    # vf-eval's own report: one block per evaluation, its endpoint and its mean reward
+    reported = {
+        url: float(mean) for url, mean in re.findall(r"Provider: (\S+).*?\nreward: avg - ([0-9.]+)", done.stdout, re.S)
+    }
+    assert reported[exact.url] == 1.0 and reported[wrong.url] < 1.0, done.stdout[-3000:]
+
+    def saved(name: str) -> list[dict]:
+        (path,) = (results / name).rglob("results.jsonl")
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    solved = saved("exact")
+    assert len(solved) == 2 * len(instances)
+    assert {(o["reward"], o["solved"]) for o in solved} == {(1.0, 1.0)}, solved
+    noisy_run = {o["example_id"]: o["reward"] for o in saved("noisy")}
+    assert [noisy_run[k] for k in range(len(instances))] == [e.reward for e in own]
+    assert [e.reward for e in own][1::2] == [0.0] * (len(instances) // 2)  # the noisy replies did fail
+    # every rollout is a campflow episode in the store, under the export's run
+    recorded = store.query(
+        "SELECT bootcamp, reward, model_id FROM episodes WHERE run_id = ? ORDER BY bootcamp", [config["run_id"]]
+    )
+    assert len(recorded) == 3 * len(instances) and {r["model_id"] for r in recorded} == {"verifiers"}
+    assert sorted(r["reward"] for r in recorded) == sorted([1.0] * 2 * len(instances) + [e.reward for e in own])
+    assert sum(r["bootcamp"] == "mcp-notes" for r in recorded) == 3 * sum(i.bootcamp == "mcp-notes" for i in instances)
