@@ -39,7 +39,7 @@ QUESTION = "What is {a} * {b}? Reply with the number only."
 
 @pytest.fixture(scope="module")
 def tutor(tmp_path_factory):
-    """(store, spec, bootcamp, notes) of the tutoring environment imported as ``vf-tutor``."""
+    """(store, spec, bootcamp, notes, cfg) of the tutoring environment imported as ``vf-tutor``."""
     if not VENV.exists():
         if os.environ.get("CI") or os.environ.get("CAMPFLOW_REQUIRE_VLLM"):
             pytest.fail("CI builds .venv-verifiers (make verifiers); it is missing")
@@ -57,7 +57,7 @@ def tutor(tmp_path_factory):
         cross_process=False,
         say=notes.append,
     )
-    return store, spec, bootcamp, notes
+    return store, spec, bootcamp, notes, cfg
 
 
 def factors(messages: list[dict]) -> tuple[int, int]:
@@ -83,7 +83,7 @@ def careless_run(tutor):
     """The careless model's episodes on every train row, stored as run ``tutor-careless``."""
     from campflow.agents.openai_policy import EndpointPolicy
 
-    store, _, bootcamp, _ = tutor
+    store, _, bootcamp, *_ = tutor
     instances = [bootcamp.generate({"level": 1, "row": r}, 0) for r in range(len(bootcamp.rows[("train", 1)]))]
     store.write_instances(instances, split="train")
     with ScriptedEndpoint(careless) as endpoint:
@@ -99,7 +99,9 @@ def careless_run(tutor):
 
 @pytest.mark.slow  # it carries the module's import (two environment processes, the hack battery): ~25 s here
 def test_a_custom_env_response_protocol_is_played_as_the_environment_defines_it(tutor, careless_run) -> None:
-    store, spec, bootcamp, notes = tutor
+    from campflow.training.filtering import build_sft_dataset
+
+    store, spec, bootcamp, notes, cfg = tutor
     assert spec.options["description"]["protocol"] == "multi_turn" and spec.options["oracle"], notes
     assert spec.options["answer_format"] == "{answer}" and "dropped" not in spec.options and not notes, notes
     instance = bootcamp.generate(None, 0)
@@ -142,6 +144,8 @@ def test_a_custom_env_response_protocol_is_played_as_the_environment_defines_it(
         "SELECT reward, termination, turns FROM episodes WHERE run_id = 'tutor-careless' ORDER BY instance_id"
     )
     assert len(stored) == len(episodes) and sorted(r["reward"] for r in stored) == sorted(e.reward for e in episodes)
+    build = build_sft_dataset(store, cfg.workspace.path, ["tutor-careless"], cfg.training.filter)
+    assert build.rows == sum(e.success for e in episodes)  # the solved dialogues are training rows
 
 
 def test_synthesis_proposes_rows_the_rubric_and_their_answer_validate_as_train_instances(tutor, careless_run) -> None:
@@ -149,7 +153,7 @@ def test_synthesis_proposes_rows_the_rubric_and_their_answer_validate_as_train_i
     from campflow.synthesis.pipeline import synthesize
     from campflow.synthesis.validate import variant_seeds
 
-    store, _, bootcamp, _ = tutor
+    store, _, bootcamp, *_ = tutor
     described = bootcamp.describe()  # what the LLM synthesizer reads: a new task is a new row
     assert (
         '"new_row": {"question"' in described["description"] and "new_row" in described["params_schema"]["properties"]
@@ -220,7 +224,7 @@ def test_synthesis_proposes_rows_the_rubric_and_their_answer_validate_as_train_i
 def test_an_environment_process_that_dies_mid_dialogue_ends_that_episode_as_infra_error(tutor) -> None:
     from campflow.agents.openai_policy import EndpointPolicy
 
-    _, _, bootcamp, _ = tutor
+    _, _, bootcamp, *_ = tutor
     instance = bootcamp.generate({"level": 1, "row": 3}, 0)
     assert factors(instance.data["prompt"])[0] % 3 == 0  # the careless model is never right here
     process = bootcamp.process()
