@@ -7,10 +7,9 @@ verifiers' public API the way its documentation writes them) and verifiers' own 
 - a stateful tool environment (a counter per rollout, the ``state`` argument hidden and filled by
   ``update_tool_args``): imported without an oracle (its reward needs the tools' work), played through
   the endpoint: the tool's work is rewarded, the answer alone is not;
-- a planted rubric rewarding any reply: refused, naming the exploit;
-- ``calculator`` exported as a verifiers environment package and evaluated by verifiers' own
-  ``Environment.evaluate_sync`` against the endpoint answering as the oracle: mean reward 1.0, and the
-  episodes in campflow's store.
+- a planted rubric rewarding any reply: refused, naming the exploit.
+
+The export side (``calculator`` and an MCP task bootcamp run by ``vf-eval``) is tests/test_verifiers_export.py.
 
 The verifiers environment is built by ``make verifiers`` (CI builds it); where it is not built the tests
 skip, except in CI, where they fail.
@@ -22,12 +21,10 @@ import asyncio
 import json
 import os
 import re
-import subprocess
 
 import pytest
 
 from campflow.agents.oracle import OraclePolicy
-from campflow.bootcamps import registry
 from campflow.bootcamps.splits import eval_instances, train_instances
 from campflow.config import load_config
 from campflow.errors import ImportSourceError
@@ -35,7 +32,7 @@ from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episodes
 from campflow.rollout.episode import Termination
 from campflow.sources import ImportSpec
 from campflow.storage.store import Store
-from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint
+from campflow.testing.scripted_server import ScriptedEndpoint
 from tests.conftest import REPO
 
 VENV = REPO / ".venv-verifiers" / "bin" / "python"
@@ -187,55 +184,6 @@ def test_a_rubric_that_rewards_any_reply_is_refused_naming_the_exploit(workspace
     with pytest.raises(ImportSourceError, match=r"rewards a non-solution.*empty"):
         imported(workspace, "any_reply.py", "vf-any", [])
     assert not store.query("SELECT name FROM imported_bootcamps WHERE name = 'vf-any'")
-
-
-@pytest.mark.slow
-def test_calculator_exported_runs_under_verifiers_own_evaluation_with_the_bootcamps_reward(workspace, tmp_path) -> None:
-    from campflow.agents.openai_policy import EndpointPolicy
-    from campflow.envserve.verifiers_export import export_verifiers
-
-    cfg, store = workspace
-    package = export_verifiers(cfg, ["calculator"], tmp_path / "pkg", per_bootcamp=4)
-    config = json.loads(re.search(r'r"""(.*?)"""', (package.path / f"{package.module}.py").read_text(), re.S).group(1))
-    calculator = registry.make("calculator")
-    instances = [calculator.generate(r["params"], r["seed"]) for r in config["rows"]]
-    assert not {i.id for i in instances} & store.eval_ids("calculator")
-    oracle = OracleScript(instances)
-    gives_up = {json.dumps(calculator.prompt(i)[-1]["content"]) for i in instances[1::2]}
-
-    def noisy(request: dict) -> dict:  # the oracle on every other instance; prose without a call on the rest
-        user = next(m["content"] for m in request["messages"] if m["role"] == "user")
-        return {"role": "assistant", "content": "I give up."} if json.dumps(user) in gives_up else oracle(request)
-
-    script = f"""
-import json, sys
-sys.path.insert(0, {str(package.path)!r})
-import {package.module} as exported
-from verifiers.types import ClientConfig
-env = exported.load_environment()
-for url in sys.argv[1:]:
-    out = env.evaluate_sync(ClientConfig(api_base_url=url, api_key_var="CAMPFLOW_NO_MODEL"), "scripted", num_examples=4)
-    print(json.dumps([[o["example_id"], o["reward"], o["metrics"]] for o in out["outputs"]]))
-"""
-    with ScriptedEndpoint(oracle) as exact, ScriptedEndpoint(noisy) as wrong:
-        done = subprocess.run(
-            [str(VENV), "-c", script, exact.url, wrong.url],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "CAMPFLOW_NO_MODEL": "none"},
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        policy = EndpointPolicy("scripted", base_url=wrong.url, max_retries=0)
-        own = asyncio.run(run_episodes([EpisodeSpec(calculator, i) for i in instances], policy, SETTINGS))
-    solved, noisy_run = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
-    assert [r for _, r, _ in solved] == [1.0] * 4 and all(m["solved"] == 1.0 for _, _, m in solved), solved
-    by_row = {i: r for i, r, _ in noisy_run}
-    assert [by_row[i] for i in range(4)] == [e.reward for e in own], (noisy_run, [e.reward for e in own])
-    assert [e.reward for e in own][1::2] != [1.0, 1.0]  # the noisy replies did fail
-    recorded = store.query("SELECT reward, termination, model_id FROM episodes WHERE run_id = ?", [package.run_id])
-    assert len(recorded) == 8 and {r["model_id"] for r in recorded} == {"verifiers"}
-    assert sorted(r["reward"] for r in recorded) == sorted([1.0] * 4 + [e.reward for e in own])
 
 
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path) -> None:

@@ -19,6 +19,7 @@ environment is built by ``make verifiers``; where it is not built the tests skip
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import re
@@ -34,7 +35,7 @@ from campflow.config import load_config
 from campflow.rollout.engine import EpisodeSpec, RolloutSettings, run_episodes
 from campflow.storage.store import Store
 from campflow.testing.scripted_server import OracleScript, ScriptedEndpoint, action_message
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO
 
 VENV = REPO / ".venv-verifiers"
 SETTINGS = RolloutSettings(episode_timeout=120.0)
@@ -94,6 +95,9 @@ class ReferenceScript:
 def exported(tmp_path_factory):
     """A workspace with the notes tasks imported, a calculator variant accepted and eval instances recorded,
     exported with ``--variants``: the config, the store, the package folder and its rows' instances."""
+    from typer.testing import CliRunner
+
+    from campflow.cli import COMMAND_MODULES, app
     from campflow.mcp.server import ServerSpec
     from campflow.mcp.tasks import parse_tasks
     from campflow.storage.imports import import_mcp_tasks
@@ -123,12 +127,20 @@ def exported(tmp_path_factory):
         store.write_instances(eval_instances(bootcamp, 4), split="eval")
 
     out = root / "pkg"
-    done = run_cli(
-        *("export", "--format", "verifiers", "--bootcamps", "calculator,mcp-notes", "--n", "2", "--variants"),
-        *("--out", str(out), "--workspace", str(root / "ws")),
+    (root / "campflow.yaml").write_text(f"workspace:\n  path: {root / 'ws'}\n")
+    for command in COMMAND_MODULES:  # as `campflow` does: every command registered
+        importlib.import_module(f"campflow.cli.{command}")
+    done = CliRunner().invoke(
+        app,
+        [
+            *("export", "--format", "verifiers", "--bootcamps", "calculator,mcp-notes", "--n", "2", "--variants"),
+            *("--out", str(out), "--config", str(root / "campflow.yaml")),
+        ],
+        env={"COLUMNS": "200"},
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "calculator 4 (2 of variants), mcp-notes 2 (0 of variants)" in done.stdout, done.stdout
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    assert "calculator 4 (2 of variants), mcp-notes 2 (0 of variants)" in said, said
     module = next(out.glob("campflow_*.py"))
     config = json.loads(re.search(r'r"""(.*?)"""', module.read_text(), re.S).group(1))
     by_name = {"calculator": registry.make("calculator"), "mcp-notes": notes}
