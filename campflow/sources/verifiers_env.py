@@ -21,7 +21,8 @@ of its own (:mod:`campflow.sources.verifiers_process`); campflow's engine plays 
   the rollout. The rubric scores the conversation as verifiers renders it.
 - **reward**: the rubric's weighted sum on the rollout (the completion as verifiers renders it, its state),
   divided by the sum of the positive weights, so the most the rubric gives is 1; success is full reward
-  after ``submit``. Every reward function's value is kept in the score's details (``metrics``).
+  after ``submit`` (in a dialogue, also where the environment ended it). Every reward function's value is
+  kept in the score's details (``metrics``).
 - **oracle**: the row's ``answer`` written as the environment's parser reads it (the import finds the
   format), where that reply alone earns full reward; an environment whose reward needs the tools' work
   (the reference answer alone scores less) has no oracle: teachers are endpoints and the model's passes.
