@@ -98,6 +98,7 @@ def exported(tmp_path_factory):
     from typer.testing import CliRunner
 
     from campflow.cli import COMMAND_MODULES, app
+    from campflow.envserve.server import train_stream
     from campflow.mcp.server import ServerSpec
     from campflow.mcp.tasks import parse_tasks
     from campflow.storage.imports import import_mcp_tasks
@@ -123,8 +124,10 @@ def exported(tmp_path_factory):
     result = validate_proposals(store, [proposal], settings)
     record_verdicts(store, result.verdicts, "synth")
     (variant,) = result.accepted
+    planted = []  # the first train draw of each, recorded as eval: the export must draw past it
     for bootcamp in (registry.make("calculator"), notes):
-        store.write_instances(eval_instances(bootcamp, 4), split="eval")
+        planted.append(train_stream(cfg, bootcamp.name).draw(0))
+        store.write_instances([*eval_instances(bootcamp, 4), planted[-1]], split="eval")
 
     out = root / "pkg"
     (root / "campflow.yaml").write_text(f"workspace:\n  path: {root / 'ws'}\n")
@@ -145,16 +148,18 @@ def exported(tmp_path_factory):
     config = json.loads(re.search(r'r"""(.*?)"""', module.read_text(), re.S).group(1))
     by_name = {"calculator": registry.make("calculator"), "mcp-notes": notes}
     instances = [by_name[r["bootcamp"]].generate(r["params"], r["seed"]) for r in config["rows"]]
-    return by_name, store, out, module.stem, config, instances, variant
+    return by_name, store, out, module.stem, config, instances, variant, planted
 
 
 def test_the_export_holds_the_variants_train_instances_and_never_an_eval_or_probe_instance(exported) -> None:
-    _, store, _, _, config, instances, variant = exported
+    from campflow.envserve.verifiers_play import Player
+
+    _, store, _, _, config, instances, variant, planted = exported
     ids = [r["instance_id"] for r in config["rows"]]
     assert ids == [i.id for i in instances]  # each row poses its instance again, as recorded
     held_out = store.eval_ids() | store.probe_ids()
-    assert len(store.eval_ids()) == 8 and len(store.probe_ids()) == 2
-    assert not set(ids) & held_out
+    assert len(store.eval_ids()) == 10 and len(store.probe_ids()) == 2
+    assert not set(ids) & held_out and {i.id for i in planted} <= held_out
     assert [r["instance_id"] for r in config["rows"] if r["variant_id"] == variant.variant_id] == sorted(
         i.id for i in variant.instances
     )
@@ -164,12 +169,20 @@ def test_the_export_holds_the_variants_train_instances_and_never_an_eval_or_prob
     tools = {t["name"]: t["parameters"] for t in notes[0]["tool_defs"]}  # the server's own schemas, and submit
     assert set(tools) == {"add_note", "list_notes", "submit"} and tools["add_note"]["required"] == ["text"]
 
+    # a row edited to pose a held-out instance is refused by the process that plays the rows
+    player = Player(config["db"], None, "verifiers-refusals", config["workspace"])
+    probe = variant.probes[0]
+    for instance in (planted[0], probe):
+        with pytest.raises(ValueError, match=f"instance {instance.id} of calculator is held out"):
+            player.open(instance.bootcamp, instance.params.model_dump(mode="json"), instance.seed)
+    assert not store.query("SELECT * FROM episodes WHERE run_id = 'verifiers-refusals'")
+
 
 @pytest.mark.slow
 def test_vf_eval_runs_the_export_the_oracle_earns_1_and_the_noisy_oracle_campflows_own_rewards(exported) -> None:
     from campflow.agents.openai_policy import EndpointPolicy
 
-    bootcamps, store, out, module, config, instances, _ = exported
+    bootcamps, store, out, module, config, instances, *_ = exported
     asked = {bootcamps[i.bootcamp].prompt(i)[-1]["content"]: i.bootcamp for i in instances}
     by_bootcamp = {
         "calculator": OracleScript([i for i in instances if i.bootcamp == "calculator"]),
