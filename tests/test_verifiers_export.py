@@ -144,6 +144,9 @@ def exported(tmp_path_factory):
     assert done.exit_code == 0, done.output
     said = " ".join(done.output.split())
     assert "calculator 4 (2 of variants), mcp-notes 2 (0 of variants)" in said, said
+    wrong = CliRunner().invoke(app, ["export", "--format", "hf", "--runs", "r", "--variants", "--out", str(root / "x")])
+    assert wrong.exit_code == 2 and "--variants goes with --format verifiers" in wrong.output, wrong.output
+    assert not (root / "x").exists()
     module = next(out.glob("campflow_*.py"))
     config = json.loads(re.search(r'r"""(.*?)"""', module.read_text(), re.S).group(1))
     by_name = {"calculator": registry.make("calculator"), "mcp-notes": notes}

@@ -187,7 +187,9 @@ def export(
             f"wrote {out}: module {package.module} (train instances: {rows}); episodes go to run {package.run_id}"
         )
         console.print(
-            f"try: pip install -e {out} (in verifiers' environment), then vf-eval {package.module}", markup=False
+            f"try: PYTHONPATH={out} vf-eval {package.module} -b URL -m MODEL (or pip install -e {out} where "
+            "verifiers is)",
+            markup=False,
         )
         return
     if (runs is None) == (merge is None):
