@@ -43,7 +43,7 @@ NOTES_TASKS = [
     {
         "id": "two-notes",
         "level": 1,
-        "prompt": "Add the note 'milk', then the note 'eggs'.",
+        "prompt": "Add the note 'milk', then the note 'eggs'. Your notes are kept in {workdir}.",
         "reference": [
             {"tool": "add_note", "arguments": {"text": "milk"}},
             {"tool": "add_note", "arguments": {"text": "eggs"}},
@@ -69,8 +69,14 @@ NOTES_TASKS = [
 
 
 def asks(request: dict) -> str:
-    """The task a chat request poses: its user message."""
-    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+    """The task a chat request poses: its user message, up to the episode's folder where it names one
+    (the exported row says ``{workdir}``, the rollout's episode its own folder)."""
+    return task(next(m["content"] for m in request["messages"] if m["role"] == "user"))
+
+
+def task(prompt: str) -> str:
+    """A prompt up to the folder it names."""
+    return prompt.split(" Your notes are kept in ")[0]
 
 
 class ReferenceScript:
@@ -78,7 +84,7 @@ class ReferenceScript:
     with its answer (the server's state lives in campflow's episode, so the calls made so far say where it is)."""
 
     def __init__(self, bootcamp, instances) -> None:
-        self.by_prompt = {bootcamp.prompt(i)[-1]["content"]: i for i in instances}
+        self.by_prompt = {task(bootcamp.prompt(i)[-1]["content"]): i for i in instances}
 
     def __call__(self, request: dict) -> dict:
         instance = self.by_prompt[asks(request)]
@@ -186,16 +192,19 @@ def test_vf_eval_runs_the_export_the_oracle_earns_1_and_the_noisy_oracle_campflo
     from campflow.agents.openai_policy import EndpointPolicy
 
     bootcamps, store, out, module, config, instances, *_ = exported
-    asked = {bootcamps[i.bootcamp].prompt(i)[-1]["content"]: i.bootcamp for i in instances}
+    asked = {task(bootcamps[i.bootcamp].prompt(i)[-1]["content"]): i.bootcamp for i in instances}
+    folders: list[str] = []  # where the model was told the notes are kept
     by_bootcamp = {
         "calculator": OracleScript([i for i in instances if i.bootcamp == "calculator"]),
         "mcp-notes": ReferenceScript(bootcamps["mcp-notes"], [i for i in instances if i.bootcamp == "mcp-notes"]),
     }
 
     def oracle(request: dict) -> dict:
+        user = next(m["content"] for m in request["messages"] if m["role"] == "user")
+        folders.extend(re.findall(r"Your notes are kept in (\S+)\.$", user))
         return by_bootcamp[asked[asks(request)]](request)
 
-    gives_up = {bootcamps[i.bootcamp].prompt(i)[-1]["content"] for i in instances[1::2]}
+    gives_up = {task(bootcamps[i.bootcamp].prompt(i)[-1]["content"]) for i in instances[1::2]}
 
     def noisy(request: dict) -> dict:  # the oracle on every other row; prose without a call on the rest
         return {"role": "assistant", "content": "I give up."} if asks(request) in gives_up else oracle(request)
@@ -232,6 +241,9 @@ def test_vf_eval_runs_the_export_the_oracle_earns_1_and_the_noisy_oracle_campflo
         url: float(mean) for url, mean in re.findall(r"Provider: (\S+).*?\nreward: avg - ([0-9.]+)", done.stdout, re.S)
     }
     assert reported[exact.url] == 1.0 and reported[wrong.url] < 1.0, done.stdout[-3000:]
+    # the row says {workdir}; each rollout's model was told its own episode's folder
+    assert any("{workdir}" in json.dumps(r["prompt"]) for r in config["rows"])
+    assert folders and all(f.startswith("/") for f in folders) and len(set(folders)) >= 3, folders
 
     def saved(name: str) -> list[dict]:
         (path,) = (results / name).rglob("results.jsonl")
