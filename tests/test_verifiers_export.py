@@ -25,6 +25,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -95,6 +97,24 @@ class ReferenceScript:
         else:
             action = Action("submit", {"answer": instance.data["answer"]})
         return action_message(action, f"call_{made}")
+
+
+def survivors(marker: str, wait_s: float = 0.0) -> list[str]:
+    """Command lines of live processes naming ``marker`` (this module's temporary folder), waiting up to
+    ``wait_s`` for them to exit."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:  # exited meanwhile
+                continue
+            if marker in cmdline:
+                found.append(cmdline)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +255,9 @@ def test_vf_eval_runs_the_export_the_oracle_earns_1_and_the_noisy_oracle_campflo
         policy = EndpointPolicy("scripted", base_url=wrong.url, max_retries=0)
         specs = [EpisodeSpec(bootcamps[i.bootcamp], i) for i in instances]
         own = asyncio.run(run_episodes(specs, policy, SETTINGS))
+
+    # the campflow processes vf-eval's environments started, and every episode's notes server, are gone with it
+    assert not survivors(str(out.parent), wait_s=60), survivors(str(out.parent))
 
     # vf-eval's own report: one block per evaluation, its endpoint and its mean reward
     reported = {

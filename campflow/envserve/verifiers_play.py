@@ -76,7 +76,7 @@ class Player:
         episode = SteppedEpisode(camp, instance, self.settings)
         key = uuid.uuid4().hex
         with self.lock:
-            self.episodes[key] = episode
+            self.episodes[key] = (episode, threading.Lock())
         with self.writing:
             self.store.write_instances([instance], split="train")
         out: dict[str, Any] = {"episode": key, "prompt": episode.prompt, "tools": episode.tools}
@@ -87,27 +87,45 @@ class Player:
     def reply(self, episode: str, message: dict[str, Any]) -> dict[str, Any]:
         from campflow.agents.base import PolicyReply
 
-        held = self._held(episode)
-        content = message.get("content")
-        turn = held.reply(
-            PolicyReply(
-                content=content if isinstance(content, str) else None,
-                tool_calls=message.get("tool_calls") or None,
-                reasoning=message.get("reasoning_content"),
+        held, turns = self._held(episode)
+        with turns:
+            if self._held(episode)[0] is not held:
+                raise ValueError(f"no open episode {episode!r}")
+            content = message.get("content")
+            turn = held.reply(
+                PolicyReply(
+                    content=content if isinstance(content, str) else None,
+                    tool_calls=message.get("tool_calls") or None,
+                    reasoning=message.get("reasoning_content"),
+                )
             )
-        )
-        out: dict[str, Any] = {"messages": turn.messages}
-        if turn.episode is not None:
-            out["outcome"] = self._finish(episode, turn.episode)
-        return out
+            out: dict[str, Any] = {"messages": turn.messages}
+            if turn.episode is not None:
+                out["outcome"] = self._finish(episode, turn.episode)
+            return out
 
     def stop(self, episode: str) -> dict[str, Any]:
-        held = self._held(episode)
-        if held.episode is not None:
-            return {"outcome": self._finish(episode, held.episode)}
-        return {"outcome": self._finish(episode, held.stop("the verifiers rollout ended before the episode"))}
+        """End the episode where it stands. A reply still in flight (the rollout gave up on it) is waited
+        for; where it ended the episode, the outcome went to it, and here it is None."""
+        held, turns = self._held(episode)
+        with turns:
+            with self.lock:
+                if self.episodes.get(episode, (None,))[0] is not held:
+                    return {"outcome": None}
+            if held.episode is not None:  # ended, but its record failed: written now
+                return {"outcome": self._finish(episode, held.episode)}
+            return {"outcome": self._finish(episode, held.stop("the verifiers rollout ended before the episode"))}
 
-    def _held(self, episode: str) -> Any:
+    def abandon(self) -> None:
+        """Abandon every open episode (the environment is gone): their servers are stopped, nothing is scored."""
+        with self.lock:
+            left, self.episodes = list(self.episodes.values()), {}
+        for held, _ in left:
+            if held.episode is None:
+                held.close()
+
+    def _held(self, episode: str) -> tuple[Any, threading.Lock]:
+        """The open episode ``episode`` and the lock its turns take one at a time."""
         with self.lock:
             found = self.episodes.get(episode)
         if found is None:
@@ -170,6 +188,10 @@ def serve(player: Player) -> None:
         for line in sys.stdin:
             if line.strip():
                 pool.submit(answer, json.loads(line))
+        # stdin closed: the environment is gone; requests still running finish, the episodes left open
+        # (their rollouts will never reply) are abandoned, their servers stopped
+        pool.shutdown(wait=True)
+        player.abandon()
 
 
 def main(argv: list[str] | None = None) -> None:
