@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -120,7 +121,8 @@ def survivors(marker: str, wait_s: float = 0.0) -> list[str]:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A workspace with the notes tasks imported, a calculator variant accepted and eval instances recorded,
-    exported with ``--variants``: the config, the store, the package folder and its rows' instances."""
+    exported with ``--variants``: the workspace's config and store, the bootcamps, the package (folder, module,
+    CONFIG), its rows' instances, the variant and the planted eval instances."""
     from typer.testing import CliRunner
 
     from campflow.cli import COMMAND_MODULES, app
@@ -143,7 +145,7 @@ def exported(tmp_path_factory):
     server.write_text(NOTES_SERVER)
     rows = parse_tasks([json.dumps(t) for t in NOTES_TASKS], "notes.jsonl")
     spec = ServerSpec(command=[sys.executable, str(server), "--db", "{workdir}/notes.json"])
-    _, notes = import_mcp_tasks("mcp-notes", spec, rows, store)
+    notes_spec, notes = import_mcp_tasks("mcp-notes", spec, rows, store)
 
     proposal = Proposal("calculator", "c1", "test", {"steps": 2, "max_operand": 40, "operations": "+-", "level": 1})
     settings = ValidationSettings(instances_per_variant=2, probes_per_variant=2, calibration_samples=0)
@@ -177,13 +179,30 @@ def exported(tmp_path_factory):
     config = json.loads(re.search(r'r"""(.*?)"""', module.read_text(), re.S).group(1))
     by_name = {"calculator": registry.make("calculator"), "mcp-notes": notes}
     instances = [by_name[r["bootcamp"]].generate(r["params"], r["seed"]) for r in config["rows"]]
-    return by_name, store, out, module.stem, config, instances, variant, planted
+    return SimpleNamespace(
+        cfg=cfg,
+        store=store,
+        bootcamps=by_name,
+        notes_spec=notes_spec,
+        out=out,
+        module=module.stem,
+        config=config,
+        instances=instances,
+        variant=variant,
+        planted=planted,
+    )
 
 
 def test_the_export_holds_the_variants_train_instances_and_never_an_eval_or_probe_instance(exported) -> None:
     from campflow.envserve.verifiers_play import Player
 
-    _, store, _, _, config, instances, variant, planted = exported
+    store, config, instances, variant, planted = (
+        exported.store,
+        exported.config,
+        exported.instances,
+        exported.variant,
+        exported.planted,
+    )
     ids = [r["instance_id"] for r in config["rows"]]
     assert ids == [i.id for i in instances]  # each row poses its instance again, as recorded
     held_out = store.eval_ids() | store.probe_ids()
@@ -207,11 +226,29 @@ def test_the_export_holds_the_variants_train_instances_and_never_an_eval_or_prob
     assert not store.query("SELECT * FROM episodes WHERE run_id = 'verifiers-refusals'")
 
 
+def test_a_bootcamp_whose_episodes_share_one_server_is_not_exported(exported) -> None:
+    from campflow.envserve.verifiers_export import ExportError, export_verifiers
+    from campflow.mcp.tasks import build
+    from campflow.sources import ImportSpec
+
+    url = "http://127.0.0.1:9/mcp"  # never reached: refused before any episode
+    server = {"url": url, "reset": {"tool": "reset"}}
+    spec = ImportSpec(
+        name="mcp-notes-shared", adapter="mcp", source=url, options={**exported.notes_spec.options, "server": server}
+    )
+    registry.register("mcp-notes-shared", lambda: build(spec))
+    out = exported.out.parent / "shared"
+    with pytest.raises(ExportError, match=f"every episode of the server {url} shares its one state"):
+        export_verifiers(exported.cfg, ["mcp-notes-shared"], out)
+    assert not out.exists()
+
+
 @pytest.mark.slow
 def test_vf_eval_runs_the_export_the_oracle_earns_1_and_the_noisy_oracle_campflows_own_rewards(exported) -> None:
     from campflow.agents.openai_policy import EndpointPolicy
 
-    bootcamps, store, out, module, config, instances, *_ = exported
+    bootcamps, store, out, module = exported.bootcamps, exported.store, exported.out, exported.module
+    config, instances = exported.config, exported.instances
     asked = {task(bootcamps[i.bootcamp].prompt(i)[-1]["content"]): i.bootcamp for i in instances}
     folders: list[str] = []  # where the model was told the notes are kept
     by_bootcamp = {

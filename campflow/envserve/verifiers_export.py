@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from campflow.bootcamps.base import Bootcamp, Instance
+from campflow.bootcamps.served import ServedTools
 from campflow.config import CampflowConfig
 from campflow.errors import CampflowError
 
@@ -60,7 +61,8 @@ def export_verifiers(
     its accepted variants on record.
 
     Raises:
-        ExportError: a bootcamp is a vision bootcamp (verifiers' rollout carries no tool images here).
+        ExportError: a bootcamp is a vision bootcamp (verifiers' rollout carries no tool images here), or
+            its episodes share one server (a URL MCP server: verifiers' rollouts overlap).
         UnknownBootcampError: a name is not a bootcamp of the workspace.
     """
     from campflow.envserve.server import train_stream
@@ -75,6 +77,12 @@ def export_verifiers(
         if bootcamp.modality != "text":
             raise ExportError(f"{name} is a {bootcamp.modality} bootcamp; the verifiers export plays text bootcamps")
         chosen = [(stream.draw(seed), None) for seed in range(per_bootcamp)]
+        shared = bootcamp.shared_server(chosen[0][0]) if isinstance(bootcamp, ServedTools) else None
+        if shared is not None:
+            raise ExportError(
+                f"{name}: verifiers plays several rollouts at once, and every episode of the server {shared} shares "
+                "its one state; import it with a server command (a fresh server per episode) to export it"
+            )
         if variants:
             chosen += variant_instances(cfg, bootcamp, stream.held_out)
         seen: set[str] = set()
