@@ -9,11 +9,16 @@ of a TOML config side by side against scripted OpenAI-compatible endpoints:
 
 - the oracle (every rollout twice, the MCP rollouts of one task side by side, each on its own server):
   mean reward 1.0 as vf-eval reports it, every rollout solved;
-- a noisy oracle that gives up on every other task: per row the rewards campflow's own evaluation of
-  those instances through the same endpoint gives.
+- a noisy oracle that gives up on every other calculator row and answers an MCP task's question wrong
+  (partial credit, a metric of its own): per row the rewards campflow's own evaluation of those
+  instances through the same endpoint gives.
 
-The dataset holds the variant's train instances and never an eval or probe instance. The verifiers
-environment is built by ``make verifiers``; where it is not built the tests skip, except in CI.
+No process of the run (the campflow processes playing the rows, a notes server) outlives ``vf-eval``.
+
+The dataset holds the variant's train instances and never an eval or probe instance (the first train
+draws, recorded as eval, are drawn past; a row edited to pose one is refused); a bootcamp whose episodes
+share one URL server is not exported. The verifiers environment is built by ``make verifiers``; where it
+is not built the tests skip, except in CI.
 """
 
 from __future__ import annotations
@@ -86,8 +91,9 @@ class ReferenceScript:
     """The oracle of MCP task instances at an endpoint: the task's reference calls in turn, then ``submit``
     with its answer (the server's state lives in campflow's episode, so the calls made so far say where it is)."""
 
-    def __init__(self, bootcamp, instances) -> None:
+    def __init__(self, bootcamp, instances, *, answer: str | None = None) -> None:
         self.by_prompt = {task(bootcamp.prompt(i)[-1]["content"]): i for i in instances}
+        self.answer = answer  # submitted instead of the task's own, where given
 
     def __call__(self, request: dict) -> dict:
         instance = self.by_prompt[asks(request)]
@@ -96,7 +102,7 @@ class ReferenceScript:
         if made < len(reference):
             action = Action(reference[made]["tool"], reference[made]["arguments"])
         else:
-            action = Action("submit", {"answer": instance.data["answer"]})
+            action = Action("submit", {"answer": self.answer or instance.data["answer"]})
         return action_message(action, f"call_{made}")
 
 
@@ -261,10 +267,19 @@ def test_vf_eval_runs_the_export_the_oracle_earns_1_and_the_noisy_oracle_campflo
         folders.extend(re.findall(r"Your notes are kept in (\S+)\.$", user))
         return by_bootcamp[asked[asks(request)]](request)
 
-    gives_up = {task(bootcamps[i.bootcamp].prompt(i)[-1]["content"]) for i in instances[1::2]}
+    errs = {task(bootcamps[i.bootcamp].prompt(i)[-1]["content"]) for i in instances[1::2]}
+    wrong_answer = ReferenceScript(
+        bootcamps["mcp-notes"], [i for i in instances if i.bootcamp == "mcp-notes"], answer="7"
+    )
 
-    def noisy(request: dict) -> dict:  # the oracle on every other row; prose without a call on the rest
-        return {"role": "assistant", "content": "I give up."} if asks(request) in gives_up else oracle(request)
+    def noisy(request: dict) -> dict:
+        """The oracle on every other row; on the rest prose without a call (calculator), or the task's work
+        with a wrong answer (an MCP task: partial credit where the answer is checked)."""
+        if asks(request) not in errs:
+            return oracle(request)
+        if asked[asks(request)] == "mcp-notes":
+            return wrong_answer(request)
+        return {"role": "assistant", "content": "I give up."}
 
     with ScriptedEndpoint(oracle) as exact, ScriptedEndpoint(noisy) as wrong:
         results = out.parent / "vf-results"
@@ -312,9 +327,15 @@ def test_vf_eval_runs_the_export_the_oracle_earns_1_and_the_noisy_oracle_campflo
     solved = saved("exact")
     assert len(solved) == 2 * len(instances)
     assert {(o["reward"], o["solved"]) for o in solved} == {(1.0, 1.0)}, solved
-    noisy_run = {o["example_id"]: o["reward"] for o in saved("noisy")}
-    assert [noisy_run[k] for k in range(len(instances))] == [e.reward for e in own]
-    assert [e.reward for e in own][1::2] == [0.0] * (len(instances) // 2)  # the noisy replies did fail
+    noisy_run = {o["example_id"]: o for o in saved("noisy")}
+    assert [noisy_run[k]["reward"] for k in range(len(instances))] == [e.reward for e in own]
+    # the noisy rows did fail: two calculator rows given up, the MCP task that asks a count answered wrong
+    assert [(i.bootcamp, i.level, e.reward) for i, e in zip(instances, own, strict=True)][1::2] == [
+        ("calculator", 2, 0.0),
+        ("calculator", 1, 0.0),
+        ("mcp-notes", 2, 0.5),
+    ]
+    assert (noisy_run[5]["solved"], noisy_run[5]["partial_credit"]) == (0.0, 0.5)  # the metrics beside the reward
     # every rollout is a campflow episode in the store, under the export's run
     recorded = store.query(
         "SELECT bootcamp, reward, model_id FROM episodes WHERE run_id = ? ORDER BY bootcamp", [config["run_id"]]
