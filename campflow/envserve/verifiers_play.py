@@ -14,10 +14,16 @@ Requests (one JSON object a line, with an ``id``; replies carry it with ``result
 - ``reply`` ``{episode, message}``: the model's assistant message (content, tool calls) as the agent's turn;
   answers the messages the environment said and, once the episode has ended, its ``outcome`` (reward,
   success, termination, details);
-- ``stop`` ``{episode}``: end an episode whose rollout ended first (scored where it stands).
+- ``stop`` ``{episode}``: end an episode whose rollout ended first (scored where it stands; a reply still
+  in flight is waited for, and where it ended the episode the outcome is None here).
 
-Every ended episode is written to the workspace's store under the run id (model ``verifiers``), so a
-verifiers trainer's failures are mined like any policy's; infrastructure faults stay ``infra_error``.
+An episode's requests are answered one at a time; episodes run side by side. When stdin closes, the
+episodes still open are abandoned and their servers stopped.
+
+Every ended episode is written to the workspace's store under the run id (an ``evaluate`` run of model
+``verifiers``), so a verifiers trainer's failures are mined like any policy's; infrastructure faults stay
+``infra_error``. Its sample index is counted in the store as it is written: several processes (every
+environment object verifiers loads from the package starts one) record the same run.
 """
 
 from __future__ import annotations
