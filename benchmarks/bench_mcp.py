@@ -1,7 +1,7 @@
 """MCP bootcamps: episodes through the engine vs the same tool calls made directly with the SDK.
 
-Both sides play the reference solution of the same ledger tasks (``tests/mcp_servers/ledger_server.py``,
-the SDK's MCPServer) on a fresh stdio server per episode, then make the tasks' check calls on the final
+Both sides play the reference solution of the same ledger tasks (``tests/mcp_servers/ledger_server.py
+--sdk``: the SDK's MCPServer, a real server's start) on a fresh stdio server per episode, then make the tasks' check calls on the final
 state, at the same concurrency. The engine adds the guard process (``campflow/mcp/guard.py``), the
 episode's folder and fixtures, messages, parsing and validation, the transcript and scoring; the direct
 side is ``mcp.Client`` over ``StdioServerParameters``, nothing else. Goal: ratio <= 1.2 (a server start
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from tests.test_mcp import LEDGER, LEDGER_TASKS  # noqa: E402  (the tasks the tests vet)
 
-COMMAND = [sys.executable, LEDGER, "--seed", "{seed}"]
+COMMAND = [sys.executable, LEDGER, "--sdk", "--seed", "{seed}"]
 
 
 def bootcamp():

@@ -582,11 +582,27 @@ def test_a_url_server_is_reset_before_each_episode(tmp_path: Path) -> None:
         instance = bootcamp.generate(McpTaskParams(level=1, task="open-two"), 0)
         [solved] = play(bootcamp, [instance], OraclePolicy())
         [looked] = play(bootcamp, [instance], Scripted([("balances", {})]))
+        # the ledger over stdio (the standard library's, started ~90 times a cycle) declares the tools the SDK
+        # declares for the same functions over HTTP, to the last schema title
+        sdk = asyncio.run(_listed(ServerSpec(url=url, reset=options["server"]["reset"])))
+        stdio = asyncio.run(_listed(ServerSpec(command=[sys.executable, LEDGER])))
     finally:
         server.terminate()
         server.wait(timeout=30)
     assert (solved.termination, solved.reward) == (Termination.SOLVED, 1.0), solved.error
     assert json.loads(looked.transcript[3]["content"]) == {}  # the reset emptied what the first episode wrote
+    assert [t for t in sdk if t["name"] != "reset"] == stdio and len(stdio) == 4
+
+
+async def _listed(spec: ServerSpec) -> list[dict[str, Any]]:
+    """The tools a server lists, as the protocol carries them."""
+    from campflow.mcp.server import open_server
+
+    async with open_server(spec) as session:
+        return [
+            t.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for t in (await session.client.list_tools()).tools
+        ]
 
 
 def test_an_mcp_bootcamp_is_served_one_reply_at_a_time_and_an_abandoned_episode_stops_its_server(
