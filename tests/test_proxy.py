@@ -41,6 +41,20 @@ def _local(tiny: Path, **kw: Any) -> LocalBackend:
     return LocalBackend(tiny, device="cpu", precision="fp32", model_id="tiny", **{"max_new_tokens": 12, **kw})
 
 
+class _SlowFirstCalls(LocalBackend):
+    """The local model, slower than the client's patience over its first ``slow_calls`` calls (a loaded server)."""
+
+    def __init__(self, path: Path, slow_calls: int, delay: float) -> None:
+        super().__init__(path, device="cpu", precision="fp32", model_id="tiny", max_new_tokens=40)
+        self.slow_calls, self.delay = slow_calls, delay
+
+    async def generate(self, request: ChatRequest, history: Any) -> Any:
+        if self.slow_calls > 0:
+            self.slow_calls -= 1
+            await asyncio.sleep(self.delay)
+        return await super().generate(request, history)
+
+
 def _task(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any, Any]:
     """A calculator instance's messages and tools (and the bootcamp and instance, to run its tools)."""
     bootcamp = registry.make("calculator")
@@ -401,9 +415,11 @@ async def test_a_client_that_times_out_and_retries_crashes_nothing_and_trains_on
     tiny: Path, store: Store
 ) -> None:
     messages, tools, _, _ = _task(7)
-    async with RecordingProxy(_local(tiny, max_new_tokens=40), store) as proxy:
+    async with RecordingProxy(_SlowFirstCalls(tiny, slow_calls=2, delay=3.0), store) as proxy:
         key = proxy.open_episode("impatient")
-        hasty = openai.AsyncOpenAI(base_url=proxy.base_url("impatient"), api_key=key, max_retries=1, timeout=0.05)
+        # the model takes 3 s over each of the first two calls: the client's 1 s runs out on the call and its retry,
+        # however fast this machine generates (a bare 0.05 s timeout raced the tiny model's 40 tokens)
+        hasty = openai.AsyncOpenAI(base_url=proxy.base_url("impatient"), api_key=key, max_retries=1, timeout=1.0)
         with pytest.raises(openai.APITimeoutError):
             await hasty.chat.completions.create(model="tiny", messages=messages, tools=tools)
         patient = openai.AsyncOpenAI(base_url=proxy.base_url("impatient"), api_key=key, max_retries=0)
