@@ -406,7 +406,11 @@ class TrainingConfig(Section):
     )
 
     bootcamps: list[str] = Field(["calculator", "maze"], min_length=1, description="bootcamps trained on")
-    levels: list[int] | None = Field(None, description="only these levels; None: all")
+    levels: list[int] | None = Field(
+        None,
+        description="levels trained on; None: all. The demonstrator's transcripts cover every one from the first "
+        "cycle, the model's own practice (self teacher, corrections, RL band) climbs them by the curriculum",
+    )
     collect_n: int = Field(400, ge=1, description="train-split instances per bootcamp for teacher collection")
     collect_samples: int = Field(1, ge=1, description="episodes per instance (best-of-k for sampling policies)")
     device: str = Field(
@@ -475,7 +479,8 @@ class SynthesisConfig(Section):
         ge=0,
         le=1,
         description="fraction of the instances collected per bootcamp that "
-        "come from this cycle's accepted variants (the rest are generated at curriculum levels)",
+        "come from this cycle's accepted variants (the rest are generated: at every training.levels for the "
+        "demonstrator, at curriculum levels for a model teacher)",
     )
     calibration_samples: int = Field(
         4,

@@ -49,12 +49,19 @@ def collect_teachers(
     levels: dict[str, list[int]] | None = None,
 ) -> list[str]:
     """Run the configured teacher(s) on the cycle's training instances (``synthesis.share`` of them from
-    ``variant_ids``, the rest at the curriculum's ``levels``); returns the collect run ids (the first is
-    always ``<cycle>-collect``)."""
+    ``variant_ids``, the rest generated); returns the collect run ids (the first is always ``<cycle>-collect``).
+
+    A model teacher (``self``, ``endpoint``) plays at the curriculum's ``levels``: it practises where it can
+    pass. The demonstrator (``oracle``) solves every level, so its transcripts cover all of
+    ``training.levels`` from the first cycle: held back to the curriculum's first level, a cycle never showed
+    level 2 and left it at 0% in both bootcamps (benchmarks/RESULTS.md, "Learning from the mistake")."""
     first, *fallback = cfg.training.teacher.split("+")
     run_id = f"{cycle_id}-collect"
     collect_flow.with_options(task_runner=runner)(
-        teacher_config(cfg, servers, model_path, first), run_id, variant_ids=variant_ids, levels=levels
+        teacher_config(cfg, servers, model_path, first),
+        run_id,
+        variant_ids=variant_ids,
+        levels=None if first == "oracle" else levels,
     )
     servers.check()
     runs = [run_id]
