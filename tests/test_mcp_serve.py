@@ -122,6 +122,7 @@ def test_over_streamable_http_each_session_is_its_own_episode(tmp_path: Path) ->
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
+    assert server.returncode == 0  # a server's stop is how it is meant to end
     rows = Store(tmp_path / "campflow.duckdb").query(
         "SELECT instance_id, reward FROM episodes WHERE run_id = 'mcp-http'"
     )

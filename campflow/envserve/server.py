@@ -129,7 +129,6 @@ def serve(
     Raises:
         UnknownBootcampError, InvalidParamsError, EnvServerError: before anything is served.
     """
-    import uvicorn
 
     stream = train_stream(cfg, name, level, seed)
     sock = listen(host, port)  # before the app: a busy port is refused without waiting for OpenEnv's import
@@ -137,15 +136,58 @@ def serve(
         app = build_app(stream, RolloutSettings.from_config(cfg.rollout), sessions)
         served = Served(name, stream.levels, host, sock.getsockname()[1], sessions)
 
-        class _Server(uvicorn.Server):
-            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-                await super().startup(sockets)
-                if self.started and on_ready is not None:
-                    on_ready(served)
-
-        _Server(uvicorn.Config(_CleanDisconnects(app), log_level="warning", lifespan="on")).run(sockets=[sock])
+        run_until_stopped(_CleanDisconnects(app), sock, lambda: on_ready(served) if on_ready is not None else None)
     finally:
         sock.close()
+
+
+def run_until_stopped(app: Any, sock: socket.socket, on_started: Callable[[], None]) -> None:
+    """Run ``app`` under uvicorn on ``sock`` until SIGINT or SIGTERM, then raise :class:`~campflow.stopping.Stopped`.
+
+    Uvicorn shuts down gracefully on either signal, then sends the signal to the process once more
+    (``signal.raise_signal``) for the handler it had replaced. That second delivery is a second signal to
+    the CLI's stop watcher, which it may read only after the command has ended as a server is meant to end,
+    and take for a late signal: the process then said "error: stopped by SIGTERM" and exited 143 or 0,
+    whichever thread won. Here the stop is raised as the exception the CLI's handler would raise, and the
+    signal is delivered once. Open sessions get ``GRACEFUL_S`` to end before they are cancelled, so a
+    client that never closes its session cannot hold the process past the CLI's grace.
+
+    ``on_started`` is called once the server accepts connections.
+    """
+    import contextlib
+    import signal
+    import threading
+
+    import uvicorn
+
+    from campflow import stopping
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                on_started()
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[no-untyped-def]
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            before = {s: signal.signal(s, self.handle_exit) for s in stopping.SIGNALS}
+            try:
+                yield
+            finally:
+                for s, handler in before.items():
+                    signal.signal(s, handler)
+            if self._captured_signals:
+                stopping.request_stop(self._captured_signals[0])
+                raise stopping.Stopped(self._captured_signals[0])
+
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=GRACEFUL_S)
+    _Server(config).run(sockets=[sock])
+
+
+GRACEFUL_S = 4.0  # open sessions at a stop: within the CLI's grace (campflow.cli.STOP_GRACE_S, 8 s)
 
 
 class _CleanDisconnects:

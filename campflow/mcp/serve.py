@@ -393,7 +393,7 @@ def serve_mcp(
     import anyio
 
     from campflow.bootcamps.splits import TRAIN_SEED_LIMIT
-    from campflow.envserve.server import listen, train_stream
+    from campflow.envserve.server import listen, run_until_stopped, train_stream
     from campflow.errors import EnvServerError
     from campflow.storage.workspace import Workspace
 
@@ -431,7 +431,6 @@ def serve_mcp(
         finally:
             store.finish_run(run_id, "completed", {"episodes": len(episodes.recorded)})
         return run_id
-    import uvicorn
 
     server = build_server(episodes, stream.bootcamp.describe_task() + f"\n\nRead the task resource {TASK_URI}.")
     sock = listen(host, port)
@@ -439,13 +438,7 @@ def serve_mcp(
         app = http_app(server, episodes, host)
         url = f"http://{host}:{sock.getsockname()[1]}{MCP_PATH}"
 
-        class _Server(uvicorn.Server):
-            async def startup(self, sockets: Any = None) -> None:
-                await super().startup(sockets)
-                if self.started and on_ready is not None:
-                    on_ready(url)
-
-        _Server(uvicorn.Config(app, log_level="warning", lifespan="on")).run(sockets=[sock])
+        run_until_stopped(app, sock, lambda: on_ready(url) if on_ready is not None else None)
     finally:
         sock.close()
         store.finish_run(run_id, "completed", {"episodes": len(episodes.recorded)})
