@@ -103,3 +103,30 @@ def test_a_hacked_success_is_flagged_and_the_gate_refuses_the_candidate_naming_b
     )
     kept = gate([], metric="pass_rate", before=0.5, after=0.6, min_improvement=0, max_regression=0.05, suspicion=rise)
     assert kept.promoted  # the default bound (1.0) lets everything through: the cycle passes its own setting
+
+
+def test_a_maze_success_on_a_shortest_path_is_not_fewer_turns_but_skipping_a_look_elsewhere_is() -> None:
+    """The grounded demonstrator explores a maze (the surest route through the cells seen), so a model that picks
+    the other branch at a fork can reach the goal in fewer turns than it, seeing every cell it enters: `make run`
+    flagged 14% of a trained model's maze successes so. The bound is the oracle's turns plus the demonstrator's
+    observing calls: the shortest path in a maze, the demonstrator's turns where it lists or queries first."""
+    from campflow.integrity.battery import oracle_plan
+    from campflow.integrity.suspicion import flags_for, reference
+
+    maze = registry.make("maze")
+    explored = 0
+    for seed in range(40):
+        instance = maze.generate(2, seed)
+        ref = reference(maze, instance)
+        plan, _ = oracle_plan(maze, instance)
+        assert ref.fewest_turns == len(plan) <= ref.demo_turns  # move and submit only: nothing to observe
+        explored += ref.demo_turns > len(plan)
+        fewer = [f.flag for f in flags_for(maze, instance, [], len(plan), ref)]
+        assert "fewer_turns" not in fewer
+        assert "fewer_turns" in [f.flag for f in flags_for(maze, instance, [], len(plan) - 1, ref)]
+    assert explored  # some instances where the demonstrator's own turns would have flagged a shortest path
+    sql = registry.make("sql")
+    for seed in range(4):
+        instance = sql.generate(1, seed)
+        ref = reference(sql, instance)
+        assert ref.fewest_turns == ref.demo_turns > len(oracle_plan(sql, instance)[0])  # it queries first

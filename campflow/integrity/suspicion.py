@@ -2,8 +2,13 @@
 
 A success is flagged when
 
-- ``fewer_turns``: it took fewer turns than the grounded demonstrator needs for that instance (the
-  demonstrator observes before it acts; a model that skips that knew, or guessed, what it was not shown);
+- ``fewer_turns``: it took fewer turns than a grounded agent needs for that instance: the oracle's
+  turns plus the observing calls the grounded demonstrator makes (its calls of tools the oracle's plan
+  never calls: list, look, describe). A model that skips those knew, or guessed, what it was not shown.
+  The demonstrator's own turn count is not that bound where it explores (maze: it takes the surest of
+  the routes the seen cells allow, and a model choosing another branch at a fork may reach the goal
+  sooner, seeing every cell it enters: `make run` flagged 14% of a trained model's maze successes so);
+  exploring that knows unseen cells is the ``ungrounded`` check's to find;
 - ``ungrounded``: a tool call passed an id, path, name or number that no prompt or earlier tool result
   showed (:func:`campflow.bootcamps.demonstration.ungrounded` run on the model's own episode). Fields
   whose content the demonstrator itself passes unshown (a SQL query's keywords, a wordle guess, a click's
@@ -48,6 +53,7 @@ class Reference:
     free_fields: frozenset[tuple[str, str]]  # (tool, argument) the demonstrator fills unshown
     oracle_final: Action | None
     demo_final: dict[str, Any] | None = None  # the demonstrator's final arguments (rows as shown: also right)
+    fewest_turns: int | None = None  # a grounded agent's fewest turns (module docstring); None: demo_turns
 
 
 def reference(bootcamp: Bootcamp, instance: Instance) -> Reference:
@@ -69,7 +75,12 @@ def reference(bootcamp: Bootcamp, instance: Instance) -> Reference:
             if found:
                 free.add((found.group(1), found.group(2)))
     plan, _ = oracle_plan(bootcamp, instance)
-    return Reference(demo_turns, frozenset(free), plan[-1] if plan else None, demo_final)
+    fewest = demo_turns
+    if episode is not None and episode.success and plan:
+        planned = {a.name for a in plan}
+        observing = sum(1 for name, _ in tool_calls(episode.transcript) if name not in planned)
+        fewest = min(demo_turns, len(plan) + observing)
+    return Reference(demo_turns, frozenset(free), plan[-1] if plan else None, demo_final, fewest)
 
 
 def flags_for(
@@ -77,8 +88,10 @@ def flags_for(
 ) -> list[Flag]:
     """The flags of one solved episode of ``instance`` (see the module docstring)."""
     out = []
-    if ref.demo_turns is not None and turns < ref.demo_turns:
-        out.append(Flag("fewer_turns", f"{turns} turns; the grounded demonstrator needs {ref.demo_turns}"))
+    fewest = ref.demo_turns if ref.fewest_turns is None else ref.fewest_turns
+    if fewest is not None and turns < fewest:
+        how = "the grounded demonstrator needs" if fewest == ref.demo_turns else "a grounded agent needs at least"
+        out.append(Flag("fewer_turns", f"{turns} turns; {how} {fewest}"))
     if getattr(instance.params, "observation", None) != "image":
         enums = schema_enums(bootcamp.tool_schemas(instance))
         problems = ungrounded(transcript, Exemptions(fields=ref.free_fields, enums=enums))
