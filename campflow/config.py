@@ -528,7 +528,13 @@ class ImproveConfig(Section):
     cycles: int = Field(
         1, ge=1, le=1000, description="cycles `campflow improve` runs, each from the last promoted model"
     )
-    rl: bool = Field(True, description="run RL after SFT (off: the SFT checkpoint is the candidate)")
+    rl: bool = Field(
+        False,
+        description="run RL (GRPO) after SFT; the held-out band then decides between the two checkpoints. Off by "
+        "default: on the miniature it has not beaten SFT on as many more demonstrations (benchmarks/RESULTS.md, "
+        "'Learning recipes'); on: for a model whose failures no demonstrator can label (an LLM judge's reward, "
+        "an import without an oracle)",
+    )
     max_suspicious_increase: float = Field(
         0.1,
         ge=0,

@@ -45,7 +45,7 @@ def write_tiny_config(workspace: Path, **overrides: object) -> Path:
                 "max_tool_calling_iterations": 2,
             },
         },
-        "improve": {"reports_dir": str(workspace / "reports")},
+        "improve": {"rl": True, "reports_dir": str(workspace / "reports")},  # the whole loop: RL too
         "watch": {"threshold": 5, "interval_seconds": 5},
     }
     for dotted, value in overrides.items():
