@@ -129,7 +129,6 @@ def serve(
     Raises:
         UnknownBootcampError, InvalidParamsError, EnvServerError: before anything is served.
     """
-
     stream = train_stream(cfg, name, level, seed)
     sock = listen(host, port)  # before the app: a busy port is refused without waiting for OpenEnv's import
     try:
@@ -139,6 +138,9 @@ def serve(
         run_until_stopped(_CleanDisconnects(app), sock, lambda: on_ready(served) if on_ready is not None else None)
     finally:
         sock.close()
+
+
+GRACEFUL_S = 4.0  # open sessions at a stop: within the CLI's grace (campflow.cli.STOP_GRACE_S, 8 s)
 
 
 def run_until_stopped(app: Any, sock: socket.socket, on_started: Callable[[], None]) -> None:
@@ -185,9 +187,6 @@ def run_until_stopped(app: Any, sock: socket.socket, on_started: Callable[[], No
 
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=GRACEFUL_S)
     _Server(config).run(sockets=[sock])
-
-
-GRACEFUL_S = 4.0  # open sessions at a stop: within the CLI's grace (campflow.cli.STOP_GRACE_S, 8 s)
 
 
 class _CleanDisconnects:
