@@ -34,6 +34,10 @@ Each seed runs in a process of its own (its own workspace and Prefect home), ``-
 one thread each. Per seed a JSON file is written in ``--out``; ``--report-only`` prints the table again
 from them. Prints a markdown table, the paired differences and ``RESULT`` lines.
 
+A seed cut short resumes: every step it finished (instances drawn, checkpoints trained, arms measured) is kept
+in ``seed-N/progress.json`` as it finishes, and the same command with the same ``--out`` and budgets goes on from
+there (the evaluation runs themselves resume episode by episode); other budgets are refused.
+
 Run: python benchmarks/bench_learning.py [--seeds 0 1 2 3 4] [--parallel 2] [--n 300] [--sft-steps 250]
      [--rl-steps 40] [--eval-n 40] [--val-n 40] [--out DIR] [--report-only]
 (the time is printed. Measured: one seed at --n 200 --sft-steps 200 --rl-steps 20 --eval-n 30 --val-n 30 took
@@ -75,6 +79,7 @@ ARMS = {
 }
 VALIDATION_SEED = 424_242  # one validation split for every seed
 SELF_SAMPLES = 4
+BUDGETS = ("n", "sft_steps", "rl_steps", "eval_n", "val_n")
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
@@ -115,8 +120,41 @@ class Seed:
             self.cfg.training.device, self.cfg.training.precision, cpu_threads=self.cfg.training.cpu_threads
         )
         self.base = self.store.scalar("SELECT model_id FROM checkpoints WHERE kind = 'base' ORDER BY created_at")
-        self.seconds: dict[str, float] = {}
-        self.counts: dict[str, Any] = {}
+        self.progress_file = Path("progress.json")  # the seed's own folder (the parent's cwd for it)
+        budgets = {k: getattr(args, k) for k in BUDGETS}
+        self.progress: dict[str, Any] = {"budgets": budgets, "steps": {}, "seconds": {}, "counts": {}}
+        if self.progress_file.exists():
+            self.progress = json.loads(self.progress_file.read_text())
+            self.progress["resumed"] = self.progress.get("resumed", 0) + 1
+            if self.progress["budgets"] != budgets:
+                raise SystemExit(
+                    f"seed {seed}: {self.progress_file.resolve()} was run with budgets {self.progress['budgets']}, "
+                    f"not {budgets}: give the same budgets to resume, or another --out"
+                )
+        self.seconds: dict[str, float] = self.progress["seconds"]
+        self.counts: dict[str, Any] = self.progress["counts"]
+
+    def save(self) -> None:
+        """Write the progress so far (whole file, then renamed: a kill never leaves half of it)."""
+        tmp = self.progress_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.progress, indent=1))
+        tmp.replace(self.progress_file)
+
+    def step(self, key: str, fn: Any) -> Any:
+        """``fn()``'s value (JSON), computed once: a resumed seed takes it from its progress file."""
+        steps = self.progress["steps"]
+        if key not in steps:
+            started = time.perf_counter()
+            steps[key] = fn()
+            self.seconds[key] = time.perf_counter() - started
+            self.save()
+        return steps[key]
+
+    def model(self, arm: str, train: Any) -> Any:
+        """Arm ``arm``'s checkpoint: ``train()``'s, or the one a resumed seed recorded."""
+        from campflow.training import checkpoints
+
+        return checkpoints.get(self.store, self.step(arm, lambda: train().model_id))
 
     # instances -----------------------------------------------------------------------------------------------
 
@@ -194,6 +232,11 @@ class Seed:
         from campflow.training.corrections import CorrectingPolicy, build_corrected_dataset, write_corrections
 
         run_id = "corrections"
+        if self.store.scalar("SELECT count(*) FROM episodes WHERE run_id = ?", [run_id]):
+            raise SystemExit(
+                f"seed {self.seed}: run {run_id!r} was cut after its episodes were written and before (c) was "
+                "trained; it cannot resume: remove this seed's folder and its progress to run it again"
+            )
         cfg = self.policy_cfg(str(model.path))
         policy = CorrectingPolicy(build_policy(cfg.policy), "demonstrator")
         instances = recorded_instances(self.ws, ids)
@@ -273,26 +316,18 @@ class Seed:
     def measure(self, arm: str, model: Any, val_ids: list[str]) -> dict[str, Any]:
         from campflow.flows.evaluate import evaluate_flow
 
-        started = time.perf_counter()
         path = str(model.path)
         evaluate_flow(self.policy_cfg(path), f"{arm}-eval")
         sampled = self.policy_cfg(path, temperature=1.0)
         sampled.eval.samples = 8
         evaluate_flow(sampled, f"{arm}-eval8")
         self.collect(f"{arm}-val", val_ids, self.policy_cfg(path), kind="probe")
-        self.seconds[f"{arm}-measure"] = time.perf_counter() - started
         return {
             "model": model.model_id,
             "pass1": self.rates(f"{arm}-eval"),
             "pass8": {k: v[1] for k, v in self.rates(f"{arm}-eval8").items()},
             "val": self.rates(f"{arm}-val"),
         }
-
-    def timed(self, label: str, fn: Any, *args: Any) -> Any:
-        started = time.perf_counter()
-        result = fn(*args)
-        self.seconds[label] = time.perf_counter() - started
-        return result
 
     def assert_nothing_held_out_trained(self) -> None:
         """No dataset, correction or RL prompt of this seed holds an eval or validation instance."""
@@ -310,24 +345,24 @@ class Seed:
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Every arm of one seed (module docstring); the figures as a dict."""
+    """Every arm of one seed (module docstring), going on from its progress file; the figures as a dict."""
     s = Seed(seed, args)
-    val_ids = s.validation()
+    val_ids = s.step("validation", s.validation)
     n = args.n
     demo_cfg = s.policy_cfg(None, kind="demonstrator")
-    s.timed("demos", lambda: [s.collect(r, s.record(s.fresh(1000 * k + seed, n)), demo_cfg) for r, k in
-                              (("demos-1", 1), ("demos-2", 2))])  # fmt: skip
+    for run, k in (("demos-1", 1), ("demos-2", 2)):
+        ids = s.step(f"{run}-ids", lambda k=k: s.record(s.fresh(1000 * k + seed, n)))
+        s.step(run, lambda run=run, ids=ids: s.collect(run, ids, demo_cfg))
     s.counts["demo_labels"] = {"demos-1": s.labels("demos-1"), "demos-2": s.labels("demos-2")}
-    arms: dict[str, Any] = {}
     models: dict[str, Any] = {}
-    models["a"] = s.timed("a", lambda: s.sft(s.base, s.dataset(["demos-1"])))
-    models["b"] = s.timed("b", lambda: s.sft(models["a"].model_id, s.dataset(["demos-1", "demos-2"])))
-    correction_ids = s.record(s.fresh(3000 + seed, n))
-    models["c"] = s.timed(
+    models["a"] = s.model("a", lambda: s.sft(s.base, s.dataset(["demos-1"])))
+    models["b"] = s.model("b", lambda: s.sft(models["a"].model_id, s.dataset(["demos-1", "demos-2"])))
+    correction_ids = s.step("corrections-ids", lambda: s.record(s.fresh(3000 + seed, n)))
+    models["c"] = s.model(
         "c",
         lambda: s.sft(models["a"].model_id, s.corrections(models["a"], correction_ids, s.labels("demos-2"))),
     )
-    self_ids = s.record(s.fresh(4000 + seed, n))
+    self_ids = s.step("self-ids", lambda: s.record(s.fresh(4000 + seed, n)))
 
     def expert_iteration() -> Any:
         own = s.policy_cfg(str(models["a"].path), temperature=s.cfg.training.self_temperature)
@@ -337,16 +372,16 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
         )
         return s.sft(models["a"].model_id, s.dataset(["demos-1", "self"]))
 
-    models["d"] = s.timed("d", expert_iteration)
-    models["e"] = s.timed("e", lambda: s.rl(models["a"], "e"))
-    models["f"] = s.timed("f", lambda: s.rl(models["c"], "f"))
+    models["d"] = s.model("d", expert_iteration)
+    models["e"] = s.model("e", lambda: s.rl(models["a"], "e"))
+    models["f"] = s.model("f", lambda: s.rl(models["c"], "f"))
     s.assert_nothing_held_out_trained()
-    for arm in ARMS:
-        arms[arm] = s.measure(arm, models[arm], val_ids)
+    arms = {arm: s.step(f"{arm}-measure", lambda arm=arm: s.measure(arm, models[arm], val_ids)) for arm in ARMS}
     datasets = {
         r["dataset_id"]: int(r["rows"]) for r in s.store.query("SELECT dataset_id, rows FROM datasets ORDER BY ALL")
     }
-    return {"seed": seed, "arms": arms, "seconds": s.seconds, "counts": s.counts, "datasets": datasets}
+    figures = {"seed": seed, "arms": arms, "seconds": s.seconds, "counts": s.counts, "datasets": datasets}
+    return {**figures, "resumed": s.progress.get("resumed", 0)}
 
 
 # -- the parent: base model, seeds side by side, the table -----------------------------------------------------
@@ -372,13 +407,16 @@ def seed_process(seed: int, root: Path, base: Path, args: argparse.Namespace, en
     if result.exists():
         return json.loads(result.read_text())
     work = root / f"seed-{seed}"
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(base, work / "campflow-data")
+    if (work / "progress.json").exists():
+        print(f"seed {seed}: going on from {work / 'progress.json'}", flush=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(base, work / "campflow-data")
     started = time.perf_counter()
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", str(seed), "--out", str(root)]
     argv += ["--n", str(args.n), "--sft-steps", str(args.sft_steps), "--rl-steps", str(args.rl_steps)]
     argv += ["--eval-n", str(args.eval_n), "--val-n", str(args.val_n)]
-    with open(root / f"seed-{seed}.log", "w") as log:
+    with open(root / f"seed-{seed}.log", "a") as log:
         done = subprocess.run(argv, cwd=work, env={**env, "PREFECT_HOME": str(work / "prefect")}, stdout=log,
                               stderr=subprocess.STDOUT)  # fmt: skip
     if done.returncode != 0:
@@ -441,10 +479,15 @@ def report(results: list[dict[str, Any]]) -> None:
           f"{'RL earns its place' if above else 'RL does not beat (b): not on by default'}")  # fmt: skip
     seconds: dict[str, list[float]] = {}
     for r in results:
+        if r.get("resumed"):
+            continue
         for k, v in r["seconds"].items():
             seconds.setdefault(k, []).append(v)
     print("\nseconds per seed (mean): " + ", ".join(f"{k} {statistics.fmean(v):.0f}" for k, v in seconds.items()))
-    walls = [r["wall_s"] for r in results if "wall_s" in r]
+    resumed = [r["seed"] for r in results if r.get("resumed")]
+    if resumed:  # their step times and wall time count only what ran after the resume
+        print(f"seeds resumed after a cut: {', '.join(map(str, resumed))} (times below leave them out)")
+    walls = [r["wall_s"] for r in results if "wall_s" in r and not r.get("resumed")]
     if walls:
         print(f"seed wall time: {min(walls) / 60:.1f}-{max(walls) / 60:.1f} min")
 
