@@ -381,7 +381,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
         r["dataset_id"]: int(r["rows"]) for r in s.store.query("SELECT dataset_id, rows FROM datasets ORDER BY ALL")
     }
     figures = {"seed": seed, "arms": arms, "seconds": s.seconds, "counts": s.counts, "datasets": datasets}
-    return {**figures, "resumed": s.progress.get("resumed", 0)}
+    return {**figures, "resumed": s.progress.get("resumed", 0), "budgets": s.progress["budgets"]}
 
 
 # -- the parent: base model, seeds side by side, the table -----------------------------------------------------
@@ -403,10 +403,15 @@ def build_base(root: Path, env: dict[str, str]) -> Path:
 
 
 def seed_process(seed: int, root: Path, base: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    result = root / f"seed-{seed}.json"
+    result, work = root / f"seed-{seed}.json", root / f"seed-{seed}"
+    budgets = {k: getattr(args, k) for k in BUDGETS}
+    for kept in (result, work / "progress.json"):
+        recorded = json.loads(kept.read_text()).get("budgets", budgets) if kept.exists() else budgets
+        if recorded != budgets:  # (the files of the first runs did not record them)
+            raise SystemExit(f"seed {seed}: {kept} was run with budgets {recorded}, not {budgets}: "
+                             "give the same budgets to go on, or another --out")  # fmt: skip
     if result.exists():
         return json.loads(result.read_text())
-    work = root / f"seed-{seed}"
     if (work / "progress.json").exists():
         print(f"seed {seed}: going on from {work / 'progress.json'}", flush=True)
     else:
