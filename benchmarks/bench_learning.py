@@ -476,8 +476,11 @@ def report(results: list[dict[str, Any]]) -> None:
             if (ref, what) == ("b", "pass1"):
                 verdict[arm] = (m, h)
         print(f"| ({arm}) | " + " | ".join(row) + " |")
-    winner = max(ARMS, key=lambda a: mean(a, "val"))
-    print(f"\nRESULT winner by validation pass@1: ({winner}) {ARMS[winner]} ({mean(winner, 'val'):.1%})")
+    best = max(mean(a, "val") for a in ARMS)
+    winners = [a for a in ARMS if math.isclose(mean(a, "val"), best, abs_tol=1e-9)]
+    names = " and ".join(f"({a}) {ARMS[a]}" for a in winners)
+    tie = "a tie: " if len(winners) > 1 else ""
+    print(f"\nRESULT winner by validation pass@1: {tie}{names} ({best:.1%})")
     m, h = verdict["e"]
     above = not math.isnan(h) and m - h > 0
     print(f"RESULT RL (e) vs twice the demonstrations (b), eval pass@1: {m:+.1f} ± {h:.1f} points: "
