@@ -40,9 +40,10 @@ there (the evaluation runs themselves resume episode by episode); other budgets 
 
 Run: python benchmarks/bench_learning.py [--seeds 0 1 2 3 4] [--parallel 2] [--n 300] [--sft-steps 250]
      [--rl-steps 40] [--eval-n 40] [--val-n 40] [--out DIR] [--report-only]
-(the time is printed. Measured: one seed at --n 200 --sft-steps 200 --rl-steps 20 --eval-n 30 --val-n 30 took
-~2 h at one thread beside two other seeds and other work on 2 cores, more than half of it measuring the six arms,
-3,600 episodes, most of them pass@8's samples; the defaults take longer still: give it a machine of its own)
+(the time is printed. Measured: a seed at --n 200 --sft-steps 200 --rl-steps 20 --eval-n 30 --val-n 30 took
+54-65 min at one thread, two side by side on an otherwise idle 2-core machine (~2 h with other work beside it),
+about half of it measuring the six arms, 3,600 episodes, most of them pass@8's samples: five seeds ~3 h; the
+defaults take longer still: give it a machine of its own)
 """
 
 from __future__ import annotations
