@@ -84,6 +84,18 @@ BUDGETS = ("n", "sft_steps", "rl_steps", "eval_n", "val_n")
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
+def budgets_of(args: argparse.Namespace) -> dict[str, int]:
+    return {k: getattr(args, k) for k in BUDGETS}
+
+
+def check_budgets(seed: int, kept: Path, args: argparse.Namespace) -> None:
+    """Refuse a seed file or progress file written with other budgets (the first runs' files named none)."""
+    recorded = json.loads(kept.read_text()).get("budgets") if kept.exists() else None
+    if recorded is not None and recorded != budgets_of(args):
+        raise SystemExit(f"seed {seed}: {kept} was run with budgets {recorded}, not {budgets_of(args)}: "
+                         "give the same budgets, or another --out")  # fmt: skip
+
+
 # -- one seed, in a process of its own ------------------------------------------------------------------------
 
 
@@ -122,16 +134,10 @@ class Seed:
         )
         self.base = self.store.scalar("SELECT model_id FROM checkpoints WHERE kind = 'base' ORDER BY created_at")
         self.progress_file = Path("progress.json")  # the seed's own folder (the parent's cwd for it)
-        budgets = {k: getattr(args, k) for k in BUDGETS}
-        self.progress: dict[str, Any] = {"budgets": budgets, "steps": {}, "seconds": {}, "counts": {}}
-        if self.progress_file.exists():
+        self.progress: dict[str, Any] = {"budgets": budgets_of(args), "steps": {}, "seconds": {}, "counts": {}}
+        if self.progress_file.exists():  # the parent checked its budgets
             self.progress = json.loads(self.progress_file.read_text())
             self.progress["resumed"] = self.progress.get("resumed", 0) + 1
-            if self.progress["budgets"] != budgets:
-                raise SystemExit(
-                    f"seed {seed}: {self.progress_file.resolve()} was run with budgets {self.progress['budgets']}, "
-                    f"not {budgets}: give the same budgets to resume, or another --out"
-                )
         self.seconds: dict[str, float] = self.progress["seconds"]
         self.counts: dict[str, Any] = self.progress["counts"]
 
@@ -405,12 +411,8 @@ def build_base(root: Path, env: dict[str, str]) -> Path:
 
 def seed_process(seed: int, root: Path, base: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     result, work = root / f"seed-{seed}.json", root / f"seed-{seed}"
-    budgets = {k: getattr(args, k) for k in BUDGETS}
     for kept in (result, work / "progress.json"):
-        recorded = json.loads(kept.read_text()).get("budgets", budgets) if kept.exists() else budgets
-        if recorded != budgets:  # (the files of the first runs did not record them)
-            raise SystemExit(f"seed {seed}: {kept} was run with budgets {recorded}, not {budgets}: "
-                             "give the same budgets to go on, or another --out")  # fmt: skip
+        check_budgets(seed, kept, args)
     if result.exists():
         return json.loads(result.read_text())
     if (work / "progress.json").exists():
@@ -486,16 +488,16 @@ def report(results: list[dict[str, Any]]) -> None:
     above = not math.isnan(h) and m - h > 0
     print(f"RESULT RL (e) vs twice the demonstrations (b), eval pass@1: {m:+.1f} ± {h:.1f} points: "
           f"{'RL earns its place' if above else 'RL does not beat (b): not on by default'}")  # fmt: skip
+    resumed = [r["seed"] for r in results if r.get("resumed")]
+    if resumed:  # their step times and wall time count only what ran after the resume
+        print(f"\nseeds resumed after a cut: {', '.join(map(str, resumed))} (the times below leave them out)")
     seconds: dict[str, list[float]] = {}
     for r in results:
         if r.get("resumed"):
             continue
         for k, v in r["seconds"].items():
             seconds.setdefault(k, []).append(v)
-    print("\nseconds per seed (mean): " + ", ".join(f"{k} {statistics.fmean(v):.0f}" for k, v in seconds.items()))
-    resumed = [r["seed"] for r in results if r.get("resumed")]
-    if resumed:  # their step times and wall time count only what ran after the resume
-        print(f"seeds resumed after a cut: {', '.join(map(str, resumed))} (times below leave them out)")
+    print("seconds per seed (mean): " + ", ".join(f"{k} {statistics.fmean(v):.0f}" for k, v in seconds.items()))
     walls = [r["wall_s"] for r in results if "wall_s" in r and not r.get("resumed")]
     if walls:
         print(f"seed wall time: {min(walls) / 60:.1f}-{max(walls) / 60:.1f} min")
@@ -524,9 +526,10 @@ def main() -> None:
     root = (args.out or Path(tempfile.mkdtemp(prefix="bench-learning-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if args.report_only:
-        found = [
-            json.loads((root / f"seed-{s}.json").read_text()) for s in args.seeds if (root / f"seed-{s}.json").exists()
-        ]
+        files = [(s, root / f"seed-{s}.json") for s in args.seeds if (root / f"seed-{s}.json").exists()]
+        for s, f in files:
+            check_budgets(s, f, args)
+        found = [json.loads(f.read_text()) for _, f in files]
         if not found:
             raise SystemExit(f"--report-only: no seed-N.json in {root}")
         report(found)
