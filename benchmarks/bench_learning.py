@@ -32,7 +32,8 @@ The protocol, fixed before any run (issue 40, item 5); only the budgets are opti
 
 Each seed runs in a process of its own (its own workspace and Prefect home), ``--parallel`` at a time at
 one thread each. Per seed a JSON file is written in ``--out``; ``--report-only`` prints the table again
-from them. Prints a markdown table, the paired differences and ``RESULT`` lines.
+from them. Prints a markdown table, the paired differences and ``RESULT`` lines (the winner, its paired margin
+on validation over the runner-up, RL against (b)).
 
 A seed cut short resumes: every step it finished (instances drawn, checkpoints trained, arms measured) is kept
 in ``seed-N/progress.json`` as it finishes, and the same command with the same ``--out`` and budgets goes on from
@@ -40,10 +41,11 @@ there (the evaluation runs themselves resume episode by episode); other budgets 
 
 Run: python benchmarks/bench_learning.py [--seeds 0 1 2 3 4] [--parallel 2] [--n 300] [--sft-steps 250]
      [--rl-steps 40] [--eval-n 40] [--val-n 40] [--out DIR] [--report-only]
-(the time is printed. Measured: a seed at --n 200 --sft-steps 200 --rl-steps 20 --eval-n 30 --val-n 30 took
-54-65 min at one thread, two side by side on an otherwise idle 2-core machine (~2 h with other work beside it),
-about half of it measuring the six arms, 3,600 episodes, most of them pass@8's samples: five seeds ~3 h; the
-defaults take longer still: give it a machine of its own)
+(the time is printed. Measured, on an otherwise idle 2-core machine: the five seeds at --parallel 5 --n 120
+--sft-steps 200 --rl-steps 20 --eval-n 16 --val-n 20 took 107 min in one run, 95-105 min a seed at one thread,
+five processes sharing the two cores; at --n 200 --eval-n 30 --val-n 30 a seed took 54-65 min, two side by
+side, about half of it measuring the six arms (3,600 episodes, most of them pass@8's samples): five seeds ~3 h
+that way. The defaults take longer still: give it a machine of its own)
 """
 
 from __future__ import annotations
@@ -484,6 +486,13 @@ def report(results: list[dict[str, Any]]) -> None:
     names = " and ".join(f"({a}) {ARMS[a]}" for a in winners)
     tie = "a tie: " if len(winners) > 1 else ""
     print(f"\nRESULT winner by validation pass@1: {tie}{names} ({best:.1%})")
+    if not tie:  # how far ahead: the paired margin over the runner-up, so a lead inside the noise reads as one
+        runner = max((a for a in ARMS if a != winners[0]), key=lambda a: mean(a, "val"))
+        m, h = interval([100 * (r["arms"][winners[0]]["val"]["overall"][0] - r["arms"][runner]["val"]["overall"][0])
+                         for r in results])  # fmt: skip
+        apart = "its interval above zero" if not math.isnan(h) and m - h > 0 else "its interval covers zero"
+        print(f"RESULT winner's margin over the runner-up ({runner}), validation pass@1: {m:+.1f} ± {h:.1f} "
+              f"points, {apart}")  # fmt: skip
     m, h = verdict["e"]
     above = not math.isnan(h) and m - h > 0
     print(f"RESULT RL (e) vs twice the demonstrations (b), eval pass@1: {m:+.1f} ± {h:.1f} points: "
