@@ -446,6 +446,11 @@ def interval(diffs: list[float]) -> tuple[float, float]:
     return m, T_975.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
+def above_zero(m: float, h: float) -> bool:
+    """Whether the interval ``m ± h`` lies wholly above zero (an undefined one, from one seed, does not)."""
+    return not math.isnan(h) and m - h > 0
+
+
 def report(results: list[dict[str, Any]]) -> None:
     """The table, the paired differences and the RESULT lines."""
     seeds = [r["seed"] for r in results]
@@ -468,6 +473,13 @@ def report(results: list[dict[str, Any]]) -> None:
             f"| ({arm}) {name} | {mean(arm, 'val'):.1%} | {mean(arm, 'pass1'):.1%} | {mean(arm, 'pass8'):.1%} | "
             f"{per_cell} |"
         )
+
+    def paired(arm: str, ref: str, what: str) -> tuple[float, float]:
+        """``arm`` minus ``ref`` per seed (same seed, same base, same demos-1), in points, with its interval."""
+        return interval(
+            [100 * (r["arms"][arm][what]["overall"][0] - r["arms"][ref][what]["overall"][0]) for r in results]
+        )
+
     print("\nPaired differences, eval pass@1 (points, mean over seeds, 95% t interval):\n")
     print("| arm | vs (a) | vs (b) | validation vs (b) |")
     print("|---|---|---|---|")
@@ -475,8 +487,7 @@ def report(results: list[dict[str, Any]]) -> None:
     for arm in ARMS:
         row = []
         for ref, what in (("a", "pass1"), ("b", "pass1"), ("b", "val")):
-            diffs = [100 * (r["arms"][arm][what]["overall"][0] - r["arms"][ref][what]["overall"][0]) for r in results]
-            m, h = interval(diffs)
+            m, h = paired(arm, ref, what)
             row.append(f"{m:+.1f} ± {h:.1f}")
             if (ref, what) == ("b", "pass1"):
                 verdict[arm] = (m, h)
@@ -488,15 +499,13 @@ def report(results: list[dict[str, Any]]) -> None:
     print(f"\nRESULT winner by validation pass@1: {tie}{names} ({best:.1%})")
     if not tie:  # how far ahead: the paired margin over the runner-up, so a lead inside the noise reads as one
         runner = max((a for a in ARMS if a != winners[0]), key=lambda a: mean(a, "val"))
-        m, h = interval([100 * (r["arms"][winners[0]]["val"]["overall"][0] - r["arms"][runner]["val"]["overall"][0])
-                         for r in results])  # fmt: skip
-        apart = "its interval above zero" if not math.isnan(h) and m - h > 0 else "its interval covers zero"
+        m, h = paired(winners[0], runner, "val")
+        apart = "its interval above zero" if above_zero(m, h) else "its interval covers zero"
         print(f"RESULT winner's margin over the runner-up ({runner}), validation pass@1: {m:+.1f} ± {h:.1f} "
               f"points, {apart}")  # fmt: skip
     m, h = verdict["e"]
-    above = not math.isnan(h) and m - h > 0
     print(f"RESULT RL (e) vs twice the demonstrations (b), eval pass@1: {m:+.1f} ± {h:.1f} points: "
-          f"{'RL earns its place' if above else 'RL does not beat (b): not on by default'}")  # fmt: skip
+          f"{'RL earns its place' if above_zero(m, h) else 'RL does not beat (b): not on by default'}")  # fmt: skip
     resumed = [r["seed"] for r in results if r.get("resumed")]
     if resumed:  # their step times and wall time count only what ran after the resume
         print(f"\nseeds resumed after a cut: {', '.join(map(str, resumed))} (the times below leave them out)")
