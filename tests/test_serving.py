@@ -89,6 +89,19 @@ def _gone(pid: int, wait: float = 60.0) -> bool:
     return not _alive(pid)
 
 
+def _exited(child: int, wait: float = 60.0) -> bool:
+    """Whether this process's child ``child`` has exited, every thread of it (a zombie leader whose threads
+    still end cannot be waited for yet), within ``wait`` s; looked for without a pause and without reaping it."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            if os.waitid(os.P_PID, child, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # reaped already (by the server's own thread)
+            return True
+    return False
+
+
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_launched_test_server_evaluates_every_episode_as_the_inprocess_policy_does(tmp_path, checkpoint) -> None:
     from campflow.flows.evaluate import evaluate
@@ -252,14 +265,18 @@ def test_a_server_killed_mid_run_makes_infra_errors_and_one_error_after_the_step
         policy = servers.policy(checkpoint)
         (pid,) = _servers_of(checkpoint)
         os.kill(pid, signal.SIGKILL)
-        assert _gone(pid)
+        dead = (
+            rf"the server for tiny \(pid {pid}\) exited with code -9 during the "
+            r"run; its episodes are infra_error and the step runs again on resume"
+        )
+        # check() the moment the server can be waited for: a thread that had reaped it then could still hold
+        # the Popen's wait lock, and check() took the dead server for a live one
+        assert _exited(pid)
+        with pytest.raises(ServingError, match=dead):
+            servers.check()
         episodes = rollout(specs, build_policy(policy), RolloutSettings.from_config(cfg.rollout), run_id="dead")
         assert {e.termination for e in episodes} == {"infra_error"}
-        with pytest.raises(
-            ServingError,
-            match=rf"the server for tiny \(pid {pid}\) exited with code -9 during the "
-            r"run; its episodes are infra_error and the step runs again on resume",
-        ):
+        with pytest.raises(ServingError, match=dead):  # and after the step, which is then not marked done
             servers.check()
 
 

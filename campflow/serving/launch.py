@@ -101,6 +101,22 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _wait_unreaped(process: subprocess.Popen) -> None:
+    """Block until ``process`` exits, leaving it for ``poll()`` to reap.
+
+    ``Popen.wait()`` here would reap it while holding the Popen's wait lock, and a ``poll()`` from another
+    thread in that moment answers None: a server killed during a step would pass :meth:`LaunchedServer.check`.
+    ``waitid(WNOWAIT)`` waits without reaping, so the exit code stays for ``poll()``.
+    """
+    if not hasattr(os, "waitid"):  # no waitid (macOS before Python 3.13): a plain wait, and its race
+        process.wait()
+        return
+    try:
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:  # reaped already by poll() or stop()
+        pass
+
+
 class LaunchedServer:
     """One server process. ``start()`` returns once ``GET /v1/models`` lists ``name``; ``stop()`` always ends it.
 
@@ -189,7 +205,7 @@ class LaunchedServer:
                 return
             finally:
                 ready.set()
-            spawned["process"].wait()
+            _wait_unreaped(spawned["process"])
 
         threading.Thread(target=own, name=f"serve-{self.name}", daemon=True).start()
         ready.wait()
