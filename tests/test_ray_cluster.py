@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,11 @@ def cluster():
     root = Path(tempfile.mkdtemp(prefix="cf-ray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     ray_cluster = LocalRayCluster(root)
     try:
-        yield ray_cluster.start(workers=3, cpus=1)
+        started = time.monotonic()
+        ray_cluster.start(workers=3, cpus=1)
+        if time.monotonic() - started > 120:  # idle, it takes 30-45 s: say in CI's output what took the time
+            warnings.warn("the Ray cluster started slowly: " + "; ".join(ray_cluster.timeline), stacklevel=1)
+        yield ray_cluster
     finally:
         ray_cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
