@@ -109,8 +109,8 @@ class LocalRayCluster:
     def add_node(self, name: str, cpus: int = 1, attempts: int = 3, wait: bool = True) -> None:
         """Start node ``name`` (``head`` is the head) with ``cpus`` CPUs and (``wait``) wait until the head
         counts it. ``ray start`` gives up on a node whose raylet has not registered within 30 s (fixed in
-        Ray), yet leaves it starting: on a loaded machine that node is waited for, and only one that
-        never joins is cleaned away and started again."""
+        Ray), yet leaves it starting: on a loaded machine that node is waited for while its raylet lives;
+        one whose raylet is gone, or that never joins, is cleaned away and started again."""
         for attempt in range(1, attempts + 1):
             started = time.monotonic()
             out = self._ray_start(name, cpus)
