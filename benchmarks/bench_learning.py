@@ -29,6 +29,12 @@ The protocol, fixed before any run (issue 40, item 5); only the budgets are opti
   base, same ``demos-1``) with a 95% t interval (n - 1 degrees of freedom).
 - The winner is the arm with the highest mean validation pass@1; RL is worth its place by default only if (e)
   beats (b) on the eval split with the interval above zero.
+- **Tie rule, added 2026-12-07 after two runs in which (b) and (d) led by turns inside the noise (+0.3 and
+  -2.0 points), and declared before the third run (seeds 5-9)**: the leader's lead counts only where it is
+  shown. The contenders are the leader and every arm the leader does not beat on validation with the paired
+  interval above zero; of them, the one whose training costs least wins (the mean over seeds of the seconds
+  of every stage on its way from the base, its sampling included: (a) a; (b) a + b; (c) a + c; (d) a + d;
+  (e) a + e; (f) a + c + f). The cycle's default is that winner.
 
 Each seed runs in a process of its own (its own workspace and Prefect home), ``--parallel`` at a time at
 one thread each. Per seed a JSON file is written in ``--out``; ``--report-only`` prints the table again
@@ -451,6 +457,32 @@ def above_zero(m: float, h: float) -> bool:
     return not math.isnan(h) and m - h > 0
 
 
+LINEAGE = {"a": ["a"], "b": ["a", "b"], "c": ["a", "c"], "d": ["a", "d"], "e": ["a", "e"], "f": ["a", "c", "f"]}
+
+
+def training_seconds(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Each arm's training cost: its stages' seconds from the base (module docstring), mean over the seeds
+    that ran whole (a resumed seed timed only what ran after the cut); empty when none did."""
+    whole = [r for r in results if not r.get("resumed")]
+    if not whole:
+        return {}
+    return {arm: statistics.fmean(sum(r["seconds"][st] for st in LINEAGE[arm]) for r in whole) for arm in ARMS}
+
+
+def default_by_tie_rule(leader: str, paired: Any, cost: dict[str, float]) -> str:
+    """The tie rule (module docstring): of the leader and every arm it does not beat on validation with the
+    paired interval above zero, the one whose training costs least."""
+    contenders = [leader]
+    for arm in ARMS:
+        if arm != leader:
+            m, h = paired(leader, arm, "val")
+            if not above_zero(m, h):
+                contenders.append(arm)
+    pick = min(contenders, key=lambda a: cost[a])
+    listed = ", ".join(f"({a}) {cost[a]:.0f} s" for a in sorted(contenders, key=lambda a: cost[a]))
+    return f"({pick}) {ARMS[pick]}; contenders by training seconds a seed: {listed}"
+
+
 def report(results: list[dict[str, Any]]) -> None:
     """The table, the paired differences and the RESULT lines."""
     seeds = [r["seed"] for r in results]
@@ -503,6 +535,9 @@ def report(results: list[dict[str, Any]]) -> None:
         apart = "its interval above zero" if above_zero(m, h) else "its interval covers zero"
         print(f"RESULT winner's margin over the runner-up ({runner}), validation pass@1: {m:+.1f} ± {h:.1f} "
               f"points, {apart}")  # fmt: skip
+    cost = training_seconds(results)
+    if cost:
+        print(f"RESULT default by the tie rule: {default_by_tie_rule(winners[0], paired, cost)}")
     m, h = verdict["e"]
     print(f"RESULT RL (e) vs twice the demonstrations (b), eval pass@1: {m:+.1f} ± {h:.1f} points: "
           f"{'RL earns its place' if above_zero(m, h) else 'RL does not beat (b): not on by default'}")  # fmt: skip
