@@ -90,6 +90,7 @@ class EnvironmentProcess:
         self._ids = itertools.count(1)
         self._pending: dict[int, concurrent.futures.Future] = {0: concurrent.futures.Future()}
         self._lock = threading.Lock()
+        self._ended = False  # the process's output closed (set by the reader, under the lock)
         threading.Thread(target=self._read, name="campflow-verifiers-reader", daemon=True).start()
         try:
             self._pending_result(self._pending[0], START_SECONDS, "start")
@@ -104,8 +105,9 @@ class EnvironmentProcess:
 
     @property
     def alive(self) -> bool:
-        """Whether the process is still running."""
-        return self._proc.poll() is None
+        """Whether the process is still running (its output not closed: a reader thread reaping it holds the
+        Popen's lock, and a ``poll()`` in that moment answers None for a process that is gone)."""
+        return not self._ended and self._proc.poll() is None
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
@@ -121,16 +123,22 @@ class EnvironmentProcess:
                     future.set_exception(BridgeRefusal(f"{self.source}: {reply['error']}"))
                 else:
                     future.set_result(reply.get("result"))
-        self._proc.wait()
-        with self._lock:
+        with self._lock:  # from here on no request is taken: one sent now would wait for its timeout
+            self._ended = True
             pending, self._pending = list(self._pending.values()), {}
+        self._proc.wait()
         for future in pending:
             if not future.done():
-                future.set_exception(
-                    ToolServerError(
-                        f"verifiers environment {self.source} exited ({self._proc.returncode}): {self.log_tail()}"
-                    )
-                )
+                future.set_exception(self._exited())
+
+    def _exited(self) -> ToolServerError:
+        """The error of a request the ended process cannot answer, with its exit code (its output closed,
+        so it is ending: the wait is for the reader's reap, or a process that closed its output early)."""
+        try:
+            code: int | None = self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            code = None
+        return ToolServerError(f"verifiers environment {self.source} exited ({code}): {self.log_tail()}")
 
     def log_tail(self, lines: int = 6) -> str:
         """The last lines the process wrote to stderr, joined (why it failed)."""
@@ -145,16 +153,14 @@ class EnvironmentProcess:
     def submit(self, op: str, **args: Any) -> concurrent.futures.Future:
         """Send one request; its future holds the result."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        if not self.alive:  # its reader may have answered every pending request already
-            future.set_exception(
-                ToolServerError(
-                    f"verifiers environment {self.source} exited ({self._proc.returncode}): {self.log_tail()}"
-                )
-            )
-            return future
         with self._lock:
-            rid = next(self._ids)
-            self._pending[rid] = future
+            ended = self._ended  # its reader has answered every pending request already
+            if not ended:
+                rid = next(self._ids)
+                self._pending[rid] = future
+        if ended:
+            future.set_exception(self._exited())
+            return future
         try:
             assert self._proc.stdin is not None
             with self._lock:
