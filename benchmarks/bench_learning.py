@@ -536,8 +536,8 @@ def report(results: list[dict[str, Any]]) -> None:
         print(f"RESULT winner's margin over the runner-up ({runner}), validation pass@1: {m:+.1f} ± {h:.1f} "
               f"points, {apart}")  # fmt: skip
     cost = training_seconds(results)
-    if cost:
-        print(f"RESULT default by the tie rule: {default_by_tie_rule(winners[0], paired, cost)}")
+    rule = default_by_tie_rule(winners[0], paired, cost) if cost else "none: no seed ran whole, so no costs"
+    print(f"RESULT default by the tie rule: {rule}")
     m, h = verdict["e"]
     print(f"RESULT RL (e) vs twice the demonstrations (b), eval pass@1: {m:+.1f} ± {h:.1f} points: "
           f"{'RL earns its place' if above_zero(m, h) else 'RL does not beat (b): not on by default'}")  # fmt: skip
