@@ -154,7 +154,9 @@ class EnvironmentProcess:
         """Send one request; its future holds the result."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
-            ended = self._ended  # its reader has answered every pending request already
+            # ended: its reader has answered every pending request, or someone's poll() reaped it before the
+            # reader saw its output close (poll() cannot be wrong here: the reader marks _ended before it reaps)
+            ended = self._ended or self._proc.poll() is not None
             if not ended:
                 rid = next(self._ids)
                 self._pending[rid] = future
