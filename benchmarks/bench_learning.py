@@ -49,9 +49,10 @@ Run: python benchmarks/bench_learning.py [--seeds 0 1 2 3 4] [--parallel 2] [--n
      [--rl-steps 40] [--eval-n 40] [--val-n 40] [--out DIR] [--report-only]
 (the time is printed. Measured, on an otherwise idle 2-core machine: the five seeds at --parallel 5 --n 120
 --sft-steps 200 --rl-steps 20 --eval-n 16 --val-n 20 took 107 min in one run, 95-105 min a seed at one thread,
-five processes sharing the two cores (126 min for seeds 5-9 with a CI run beside the last 50 minutes); at --n 200 --eval-n 30 --val-n 30 a seed took 54-65 min, two side by
-side, about half of it measuring the six arms (3,600 episodes, most of them pass@8's samples): five seeds ~3 h
-that way. The defaults take longer still: give it a machine of its own)
+five processes sharing the two cores (126 min for seeds 5-9 with a CI run beside the last 50 minutes); at --n 200
+--eval-n 30 --val-n 30 a seed took 54-65 min, two side by side, about half of it measuring the six arms (3,600
+episodes, most of them pass@8's samples): five seeds ~3 h that way. The defaults take longer still: give it a
+machine of its own)
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ class EnvironmentProcess:
         with self._lock:
             # ended: its reader has answered every pending request, or someone's poll() reaped it before the
             # reader saw its output close (poll() cannot be wrong here: the reader marks _ended before it reaps)
-            ended = self._ended or self._proc.poll() is not None
+            ended = not self.alive
             if not ended:
                 rid = next(self._ids)
                 self._pending[rid] = future
